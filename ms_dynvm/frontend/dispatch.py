@@ -1,0 +1,149 @@
+"""`enable()` / `disable()` / `enabled()` / `record()`: the one MsDispatchMode that ms_dynvm enters.
+
+Behaviour chosen where MindSpore leaves it open (also in the README):
+- `enable()` when already enabled applies the new options to the running VM (no second mode is
+  entered); `disable()` when not enabled does nothing and returns False.
+- `with enabled(**opts):` restores the previous state on exit (enabled with the previous options, or
+  disabled).
+- The mode is entered for the calling thread only (MindSpore's mode stack is per thread): ops that
+  other threads issue are neither seen nor recorded, and they run as plain eager.
+- An atexit handler exits the mode (a mode still entered at interpreter exit aborts the process).
+- `blocking=True` calls `mindspore.runtime.launch_blocking()`; MindSpore cannot switch that back, so it
+  stays in force after `disable()`.
+- If the handler's own bookkeeping fails, the op's eager result is still returned and the failure is
+  counted in `stats()["record_errors"]`; errors of the op itself propagate exactly as in eager.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+
+import mindspore as ms
+
+from ms_dynvm.frontend.options import Options
+from ms_dynvm.frontend.recorder import Recorder, Recording
+from ms_dynvm.frontend.sync import Hooks
+
+
+class DynVMMode(ms.MsDispatchMode):
+    """Runs each op eagerly, then hands (name, args, result) to the recorder."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def __ms_dispatch__(self, func, args, kwargs=None):
+        out = func(*args, **kwargs) if kwargs else func(*args)
+        try:
+            self.recorder.on_op(func.name, args, out)
+        except Exception as e:  # noqa: BLE001 - the user's op already ran; never break the script
+            self.recorder.on_error(func.name, e)
+        return out
+
+
+class _State:
+    mode: DynVMMode | None = None
+    recorder: Recorder | None = None
+    hooks: Hooks | None = None
+    options: Options | None = None
+    thread: int | None = None
+    atexit_registered = False
+
+
+_S = _State()
+_lock = threading.Lock()
+
+
+def is_enabled() -> bool:
+    return _S.mode is not None
+
+
+def current_options() -> Options | None:
+    return _S.options
+
+
+def enable(**options) -> None:
+    """Turn ms_dynvm on for the calling thread. See `ms_dynvm.frontend.options` for the options."""
+    opts = Options.make(**options)
+    with _lock:
+        if _S.mode is not None:
+            if _S.thread != threading.get_ident():
+                raise RuntimeError("ms_dynvm is enabled on another thread; disable it there first")
+            _apply(opts)
+            return
+        if opts.blocking:
+            ms.runtime.launch_blocking()
+        rec = Recorder(opts)
+        hooks = Hooks(rec, opts.cell_boundaries)
+        hooks.install()
+        mode = DynVMMode(rec)
+        mode.__enter__()
+        _S.mode, _S.recorder, _S.hooks, _S.options = mode, rec, hooks, opts
+        _S.thread = threading.get_ident()
+        if not _S.atexit_registered:
+            atexit.register(_at_exit)
+            _S.atexit_registered = True
+
+
+def _apply(opts: Options) -> None:
+    if opts.blocking and not _S.options.blocking:
+        ms.runtime.launch_blocking()
+    _S.recorder.opts = opts
+    if opts.cell_boundaries != _S.options.cell_boundaries:
+        _S.hooks.uninstall()
+        _S.hooks = Hooks(_S.recorder, opts.cell_boundaries)
+        _S.hooks.install()
+    _S.options = opts
+
+
+def disable() -> bool:
+    """Turn ms_dynvm off. Returns False if it was not on."""
+    with _lock:
+        if _S.mode is None:
+            return False
+        if _S.thread != threading.get_ident():
+            raise RuntimeError("ms_dynvm was enabled on another thread; disable it there")
+        _S.recorder.close_block("end")
+        _S.mode.__exit__(None, None, None)
+        _S.hooks.uninstall()
+        _S.mode = _S.recorder = _S.hooks = _S.options = _S.thread = None
+        return True
+
+
+@contextlib.contextmanager
+def enabled(**options):
+    """`with ms_dynvm.enabled(**options):` enable for a scope, then restore the previous state."""
+    prev = _S.options
+    enable(**options)
+    try:
+        yield
+    finally:
+        if prev is None:
+            disable()
+        else:
+            enable(**{f: getattr(prev, f) for f in prev.__dataclass_fields__})
+
+
+@contextlib.contextmanager
+def record(**options):
+    """`with ms_dynvm.record() as rec: out = net(x)` records one Program of everything dispatched in
+    the scope (see `Recording`). Enables ms_dynvm for the scope if it is not on."""
+    was_on = is_enabled()
+    if not was_on:
+        enable(**options)
+    elif options:
+        raise TypeError("record() takes options only when ms_dynvm is not already enabled")
+    rec = Recording()
+    _S.recorder.begin_recording(rec)
+    try:
+        yield rec
+    finally:
+        _S.recorder.end_recording()
+        if not was_on:
+            disable()
+
+
+def _at_exit() -> None:
+    if _S.mode is not None and _S.thread == threading.get_ident():
+        disable()

@@ -1,0 +1,62 @@
+"""Options of `ms_dynvm.enable(**options)`, also settable through `DYNVM_*` environment variables.
+
+An explicit keyword wins over the environment, which wins over the default. Unknown option names raise
+TypeError (a typo should not be silently ignored).
+
+| option | env | default | meaning |
+|---|---|---|---|
+| blocking | DYNVM_BLOCKING | True | call `mindspore.runtime.launch_blocking()` (synchronous CPU execution, MindSpore's fastest eager mode on CPU; it cannot be turned off again in the process) |
+| record | DYNVM_RECORD | True | record dispatched ops into bytecode blocks (False: count ops only) |
+| cell_boundaries | DYNVM_CELL_BOUNDARIES | "top" | which nn.Cell calls end a basic block: "top" (outermost calls), "all", "none" |
+| max_block_ops | DYNVM_MAX_BLOCK_OPS | 10000 | a block that grows past this many instructions is closed (reason "limit") |
+| debug | DYNVM_DEBUG | 0 | 1: verify recorded programs; 2: print each closed block's bytecode; 3: also its IR |
+| dump_dir | DYNVM_DUMP_DIR | "" | write each closed block's bytecode there (block_<n>.dvm) |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+
+def _bool(s: str) -> bool:
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {s!r}")
+
+
+@dataclass
+class Options:
+    blocking: bool = True
+    record: bool = True
+    cell_boundaries: str = "top"
+    max_block_ops: int = 10000
+    debug: int = 0
+    dump_dir: str = ""
+
+    @staticmethod
+    def make(**kwargs) -> "Options":
+        names = {f.name: f for f in fields(Options)}
+        unknown = set(kwargs) - set(names)
+        if unknown:
+            raise TypeError(f"unknown ms_dynvm option(s): {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(names)}")
+        values = {}
+        for name, f in names.items():
+            env = os.environ.get("DYNVM_" + name.upper())
+            if name in kwargs:
+                values[name] = kwargs[name]
+            elif env is not None:
+                conv = {bool: _bool, int: int, str: str}[type(f.default)]
+                try:
+                    values[name] = conv(env)
+                except ValueError as e:
+                    raise ValueError(f"DYNVM_{name.upper()}: {e}") from None
+        opts = Options(**values)
+        if opts.cell_boundaries not in ("top", "all", "none"):
+            raise ValueError(f"cell_boundaries must be 'top', 'all' or 'none', not {opts.cell_boundaries!r}")
+        if opts.max_block_ops < 1:
+            raise ValueError("max_block_ops must be >= 1")
+        return opts

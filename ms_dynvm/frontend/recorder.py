@@ -1,0 +1,313 @@
+"""The recorder: turns the stream of dispatched ops into bytecode blocks.
+
+It runs inside the dispatch handler for every op, so it is kept lean: one normalisation (a dict lookup
+and a small function), one dict lookup per tensor operand, and the result types read off the tensors
+MindSpore returned (authoritative; only the temporaries of a multi-instruction lowering are typed by the
+registry's shape rules).
+
+Tensor identity: a tensor object maps to the register that holds its value through
+`id(tensor) -> (weakref, Reg)`; the weakref guards against a recycled id. A tensor the recorder has not
+seen (an argument, a Parameter, a tensor made by indexing or construction, which MindSpore does not
+dispatch) becomes a program input. A tensor written through `__setitem__` or an in-place op gets a new
+register (its old one is forgotten), so later uses read the new value.
+
+Two modes:
+- plain (`enable()`): each basic block is recorded into its own small Program, dropped when the block
+  closes (only counters survive), so memory stays bounded however long the script runs; values from
+  earlier blocks enter a block as inputs.
+- recording (`with ms_dynvm.record() as rec:`): one Program for the whole scope, blocks kept, values
+  flow between blocks; the input tensors are kept alive so `rec.inputs` can hand them back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+
+from mindspore import Parameter, Tensor
+
+from ms_dynvm import dtypes
+from ms_dynvm.bytecode import opcodes
+from ms_dynvm.bytecode.program import Program
+from ms_dynvm.bytecode.types import TensorType
+from ms_dynvm.frontend import normalize as _norm
+from ms_dynvm.metrics import METRICS
+
+_META = _norm.META
+_TMP = _norm.Tmp
+_INPLACE = _norm.INPLACE
+_normalize = _norm.normalize
+_OPS = opcodes.OPS
+
+# id(MindSpore dtype object) -> VM dtype name. MindSpore dtype objects are singletons and hashing them
+# costs about 1 us, so they are looked up by id.
+_DTYPE_BY_ID: dict[int, str] = {}
+
+
+def _vm_dtype(ms_dtype) -> str:
+    name = _DTYPE_BY_ID.get(id(ms_dtype))
+    if name is None:
+        name = dtypes.from_mindspore_name(str(ms_dtype))
+        _DTYPE_BY_ID[id(ms_dtype)] = name
+    return name
+
+
+def tensor_type(t) -> TensorType:
+    """TensorType of a MindSpore tensor (dtype, shape, layout class)."""
+    layout = "contiguous" if t.is_contiguous() else "strided"
+    return TensorType(_vm_dtype(t.dtype), tuple(t.shape), layout)
+
+
+def _flat_tensors(obj, out: list) -> list:
+    if isinstance(obj, Tensor):
+        out.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _flat_tensors(x, out)
+    return out
+
+
+class Recording:
+    """What `ms_dynvm.record()` yields. After the `with` block: `program` (a bytecode Program),
+    `inputs` (the MindSpore tensors entering it, Parameters included, in program input order) and
+    `outputs` (the tensors the program made that were still alive when recording stopped, in
+    register order, matching `program.outputs`)."""
+
+    def __init__(self) -> None:
+        self.program: Program | None = None
+        self.inputs: list = []
+        self.outputs: list = []
+        self.errors: list = []  # recorder failures inside the scope ("name: error")
+        self._regs: dict = {}
+
+    def reg_of(self, tensor):
+        """The register holding `tensor`'s value at the end of the recording, or None."""
+        e = self._regs.get(id(tensor))
+        if e is not None and e[0]() is tensor:
+            return e[1]
+        return None
+
+    def output_index(self, tensor) -> int:
+        """Index of `tensor` in `outputs` (and of its value in `interpret(program, ...)`)."""
+        for i, t in enumerate(self.outputs):
+            if t is tensor:
+                return i
+        raise ValueError("tensor is not an output of this recording")
+
+
+class Recorder:
+    def __init__(self, opts) -> None:
+        self.opts = opts
+        self.phase = "fwd"
+        self.region = ""
+        self.recording: Recording | None = None
+        self._block_count = 0
+        self._new_program()
+
+    # --- program and block management -----------------------------------------------------------
+    def _new_program(self) -> None:
+        self.program = Program()
+        self.block = None
+        self._regs: dict = {}  # id(tensor) -> (weakref, Reg)
+
+    def _open_block(self):
+        b = self.block
+        if b is None:
+            b = self.block = self.program.new_block(self.phase, self.region)
+        return b
+
+    def close_block(self, reason: str) -> None:
+        b = self.block
+        if b is None:
+            return
+        self.block = None
+        b.end = reason
+        if b.instrs:
+            METRICS.blocks += 1
+            METRICS.block_ends[reason] += 1
+            self._block_count += 1
+            if self.opts.debug or self.opts.dump_dir:
+                self._debug_block(b)
+        if self.recording is None:
+            self._new_program()
+
+    def _debug_block(self, b) -> None:
+        from ms_dynvm.ir.verifier import verify_program
+
+        prog = self.program
+        if self.recording is not None:
+            # A block-local view: the full program is verified when the recording ends.
+            return
+        if self.opts.debug >= 1:
+            verify_program(prog)
+        if self.opts.debug >= 2:
+            print(f"[ms_dynvm] block {self._block_count} ({b.phase}, end={b.end})\n{prog.as_text()}",
+                  file=sys.stderr)
+        if self.opts.debug >= 3:
+            from ms_dynvm.ir.function import Function
+
+            print(Function.from_block(prog, b.id, outputs=[r for i in b.instrs for r in i.outs]),
+                  file=sys.stderr)
+        if self.opts.dump_dir:
+            os.makedirs(self.opts.dump_dir, exist_ok=True)
+            prog.save(os.path.join(self.opts.dump_dir, f"block_{self._block_count}.dvm"))
+
+    def set_phase(self, phase: str) -> None:
+        if phase != self.phase:
+            self.close_block("phase")
+            self.phase = phase
+
+    def enter_region(self, name: str) -> None:
+        self.close_block("cell")
+        self.region = name
+
+    def exit_region(self) -> None:
+        self.close_block("cell")
+        self.region = ""
+
+    def sync(self, reason: str) -> None:
+        METRICS.sync_points[reason] += 1
+        self.close_block("sync")
+
+    def forget(self, tensor) -> None:
+        """`tensor` was written in place by code the hook does not see: its value is new."""
+        self._regs.pop(id(tensor), None)
+
+    # --- recording ------------------------------------------------------------------------------
+    def _reg_of(self, t):
+        e = self._regs.get(id(t))
+        if e is not None and e[0]() is t:
+            return e[1]
+        if isinstance(t, Parameter):
+            kind, name = "param", t.name
+        else:
+            kind, name = "tensor", ""
+        r = self.program.add_input(tensor_type(t), kind, name)
+        self._regs[id(t)] = (weakref.ref(t), r)
+        if self.recording is not None:
+            self.recording.inputs.append(t)
+        return r
+
+    def _bind(self, t, reg) -> None:
+        self._regs[id(t)] = (weakref.ref(t), reg)
+
+    def on_op(self, name: str, args: tuple, out) -> None:
+        """Called after the op ran eagerly with `out` as its result."""
+        m = METRICS
+        m.ops_seen += 1
+        m.ops_by_name[name] += 1
+        m.ops_by_phase[self.phase] += 1
+        low = _normalize(name, args)
+        if low is _META:
+            m.ops_meta[name] += 1
+            return
+        if not self.opts.record:
+            if low is None:
+                m.ops_opaque[name] += 1
+            return
+        if low is None:
+            self._record_call(name, args, out)
+            return
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        final = {}
+        for k, tmp in enumerate(low.outputs):
+            final[(tmp.index, tmp.out)] = outs[k]
+        block = self._open_block()
+        prog = self.program
+        results = []
+        for i, (op, operands, attrs) in enumerate(low.instrs):
+            regs = []
+            for a in operands:
+                if isinstance(a, Tensor):
+                    regs.append(self._reg_of(a))
+                elif isinstance(a, _TMP):
+                    regs.append(results[a.index][a.out])
+                else:
+                    regs.append(a)
+            n_out = _OPS[op].n_out
+            types = None
+            if n_out >= 0:
+                types = []
+                for j in range(n_out):
+                    t = final.get((i, j))
+                    if t is None:
+                        types = None
+                        break
+                    types.append(tensor_type(t))
+            if types is None:
+                types = self._infer(op, regs, attrs)
+            results.append(prog.emit(block, op, regs, attrs, types))
+        for k, tmp in enumerate(low.outputs):
+            t = outs[k]
+            if isinstance(t, Tensor):
+                self._bind(t, results[tmp.index][tmp.out])
+        if name in _INPLACE and low.outputs and isinstance(args[0], Tensor):
+            first = low.outputs[0]
+            self._bind(args[0], results[first.index][first.out])
+        m.ops_recorded += 1
+        m.instrs += len(low.instrs)
+        if len(block.instrs) >= self.opts.max_block_ops:
+            self.close_block("limit")
+
+    def _infer(self, op, regs, attrs):
+        from ms_dynvm.bytecode.text import Reg
+        from ms_dynvm.ir import registry
+
+        types = self.program.types
+        arg_types = [types[int(r)] if isinstance(r, Reg) else r for r in regs]
+        return registry.infer(op, arg_types, attrs)
+
+    def _record_call(self, name: str, args: tuple, out) -> None:
+        """An op the VM does not model: one opaque `call` over its tensor arguments, ending the block."""
+        METRICS.ops_opaque[name] += 1
+        block = self._open_block()
+        regs = [self._reg_of(t) for t in _flat_tensors(args, [])]
+        res = _flat_tensors(out, [])
+        types = [tensor_type(t) for t in res]
+        outs = self.program.emit(block, "call", regs, {"target": name}, types)
+        for t, r in zip(res, outs):
+            self._bind(t, r)
+        if name in _INPLACE and args and isinstance(args[0], Tensor) and outs:
+            self._bind(args[0], outs[0])
+        METRICS.ops_recorded += 1
+        METRICS.instrs += 1
+        self.close_block("call")
+
+    def on_error(self, name: str, exc: BaseException) -> None:
+        """The recorder failed on an op that ran fine: count it and start a new block, so that the
+        recorded program never contains a half-recorded op's consumers with a missing producer."""
+        METRICS.record_errors[f"{name}: {type(exc).__name__}"] += 1
+        if self.block is not None and self.recording is None:
+            self.close_block("error")
+        elif self.recording is not None:
+            self.recording.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            self.close_block("error")
+
+    # --- record() scopes --------------------------------------------------------------------------
+    def begin_recording(self, rec: Recording) -> None:
+        if self.recording is not None:
+            raise RuntimeError("ms_dynvm.record() scopes do not nest")
+        self.close_block("end")
+        self._new_program()
+        self.recording = rec
+        METRICS.recordings += 1
+
+    def end_recording(self) -> Recording:
+        rec = self.recording
+        self.close_block("end")
+        prog = self.program
+        input_regs = {i.reg for i in prog.inputs}
+        live = []
+        for ref, reg in self._regs.values():
+            t = ref()
+            if t is not None and int(reg) not in input_regs:
+                live.append((int(reg), t))
+        live.sort(key=lambda e: e[0])
+        prog.outputs = [r for r, _ in live]
+        rec.program = prog
+        rec.outputs = [t for _, t in live]
+        rec._regs = dict(self._regs)
+        self.recording = None
+        self._new_program()
+        return rec

@@ -1,0 +1,116 @@
+"""Hooks on what MindSpore does not dispatch but a recorder must know about.
+
+- Sync points: Tensor methods that hand a value to Python (`asnumpy`, `item`, `tolist`, `__bool__`,
+  `__float__`, `__int__`, `__index__`, `__array__`, `__repr__`, `__str__`, `data_ptr`) and indexing
+  (`__getitem__`, `__setitem__`: MindSpore runs basic indexing without dispatching it). Each closes the
+  current basic block. `__setitem__` also writes its tensor in place, so the recorder forgets that
+  tensor's register (a later use reads the new value as a fresh input).
+- Phase: `_PyNativeExecutor.grad` runs the backward pass; wrapping it tells forward from backward.
+- Regions: `nn.Cell.__call__` boundaries (see the `cell_boundaries` option).
+
+Hooks are installed once per `enable()` and removed by `disable()`. They act only for the thread that
+called `enable()` (MindSpore's dispatch-mode stack is per thread, so ops from other threads are not
+seen either); on other threads they call straight through.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from mindspore import Tensor, nn
+
+try:  # MindSpore 2.9+ moved it; the old path still works with a deprecation warning.
+    from mindspore.graph.api import _PyNativeExecutor
+except ImportError:  # pragma: no cover
+    from mindspore.common.api import _PyNativeExecutor
+
+_MISSING = object()
+
+SYNC_METHODS = ("asnumpy", "item", "tolist", "__bool__", "__float__", "__int__", "__index__",
+                "__array__", "__repr__", "__str__", "data_ptr", "__getitem__")
+
+
+class Hooks:
+    def __init__(self, recorder, cell_boundaries: str) -> None:
+        self.recorder = recorder
+        self.thread = threading.get_ident()
+        self.cell_boundaries = cell_boundaries
+        self._saved: list = []
+        self._cell_depth = 0
+
+    def _patch(self, owner, name: str, wrapper) -> None:
+        orig = getattr(owner, name, None)
+        if orig is None:
+            return
+        # Inherited methods (TensorPy's C slots) are shadowed on the subclass and deleted again.
+        self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+        setattr(owner, name, functools.wraps(orig)(wrapper(orig)))
+
+    def install(self) -> None:
+        rec, me = self.recorder, self.thread
+
+        for name in SYNC_METHODS:
+            def make(orig, reason=name):
+                def sync_hook(self, *a, **k):
+                    if threading.get_ident() == me:
+                        rec.sync(reason)
+                    return orig(self, *a, **k)
+                return sync_hook
+            self._patch(Tensor, name, make)
+
+        def make_setitem(orig):
+            def setitem_hook(self, key, value):
+                if threading.get_ident() == me:
+                    rec.sync("__setitem__")
+                    out = orig(self, key, value)
+                    rec.forget(self)
+                    return out
+                return orig(self, key, value)
+            return setitem_hook
+        self._patch(Tensor, "__setitem__", make_setitem)
+
+        def make_grad(orig):
+            def grad_hook(*a, **k):
+                if threading.get_ident() != me:
+                    return orig(*a, **k)
+                prev = rec.phase
+                rec.set_phase("bwd")
+                try:
+                    return orig(*a, **k)
+                finally:
+                    rec.set_phase(prev)
+            return grad_hook
+        self._patch(_PyNativeExecutor, "grad", make_grad)
+
+        if self.cell_boundaries != "none":
+            hooks = self
+            top_only = self.cell_boundaries == "top"
+
+            def make_call(orig):
+                def cell_call_hook(cell, *a, **k):
+                    if threading.get_ident() != me or (top_only and hooks._cell_depth):
+                        hooks._cell_depth += threading.get_ident() == me
+                        try:
+                            return orig(cell, *a, **k)
+                        finally:
+                            hooks._cell_depth -= threading.get_ident() == me
+                    outer = rec.region
+                    rec.enter_region(type(cell).__name__)
+                    hooks._cell_depth += 1
+                    try:
+                        return orig(cell, *a, **k)
+                    finally:
+                        hooks._cell_depth -= 1
+                        rec.exit_region()
+                        rec.region = outer
+                return cell_call_hook
+            self._patch(nn.Cell, "__call__", make_call)
+
+    def uninstall(self) -> None:
+        while self._saved:
+            owner, name, orig = self._saved.pop()
+            if orig is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)

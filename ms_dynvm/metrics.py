@@ -1,0 +1,61 @@
+"""Process-wide counters behind `ms_dynvm.stats()`.
+
+Every layer counts into the one `METRICS` object; `snapshot()` turns it into the plain dict that
+`stats()` returns. Counters are plain ints and `collections.Counter`s updated from the thread that
+runs the dispatch hook (the hook is per thread), so no lock is taken on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.ops_seen = 0  # every dispatched op, meta ops included
+        self.ops_recorded = 0  # ops that became VM instructions (opaque calls included)
+        self.ops_by_name: Counter = Counter()
+        self.ops_by_phase: Counter = Counter()
+        self.ops_opaque: Counter = Counter()  # op name -> calls recorded as opaque `call`
+        self.ops_meta: Counter = Counter()  # ops with no tensor semantics (typeof, make_range ...)
+        self.blocks = 0  # basic blocks closed with at least one instruction
+        self.block_ends: Counter = Counter()  # reason -> count
+        self.instrs = 0  # VM instructions emitted (an op may lower to several)
+        self.sync_points: Counter = Counter()  # hooked Tensor method -> count
+        self.record_errors: Counter = Counter()  # recorder failures (the op itself still ran)
+        self.recordings = 0
+
+    def snapshot(self) -> dict:
+        seen = self.ops_seen
+        opaque = sum(self.ops_opaque.values())
+        return {
+            "ops_seen": seen,
+            "ops_recorded": self.ops_recorded,
+            "ops_by_name": dict(self.ops_by_name),
+            "ops_by_phase": dict(self.ops_by_phase),
+            "ops_opaque": dict(self.ops_opaque),
+            "ops_opaque_total": opaque,
+            "opaque_rate": opaque / seen if seen else 0.0,
+            "ops_meta": dict(self.ops_meta),
+            "blocks": self.blocks,
+            "block_ends": dict(self.block_ends),
+            "instrs": self.instrs,
+            "sync_points": dict(self.sync_points),
+            "record_errors": dict(self.record_errors),
+            "recordings": self.recordings,
+        }
+
+
+METRICS = Metrics()
+
+
+def stats() -> dict:
+    """A snapshot of every counter (see README, 'stats()')."""
+    return METRICS.snapshot()
+
+
+def reset_stats() -> None:
+    METRICS.reset()

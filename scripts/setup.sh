@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what ms_dynvm needs into the current Python (3.11): MindSpore 2.10 (an ~800 MB wheel,
+# downloaded only when it is not installed yet), NumPy < 2 (MindSpore 2.10 fails under NumPy 2),
+# the test tools, and ms_dynvm itself in editable mode. Safe to run again: what is there is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" - <<'PYEOF' || { echo "ms_dynvm needs Python >= 3.11"; exit 1; }
+import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
+PYEOF
+need=()
+"$PY" -c "import mindspore, sys; sys.exit(0 if mindspore.__version__ == '2.10.0' else 1)" 2>/dev/null \
+    || need+=("mindspore==2.10.0")
+"$PY" -c "import numpy, sys; sys.exit(0 if numpy.__version__.startswith('1.') else 1)" 2>/dev/null \
+    || need+=("numpy>=1.26,<2")
+"$PY" -c "import pytest, hypothesis" 2>/dev/null || need+=("pytest" "hypothesis")
+if [ ${#need[@]} -gt 0 ]; then
+    echo "[setup] installing: ${need[*]}"
+    "$PY" -m pip install -q --disable-pip-version-check "${need[@]}" "numpy>=1.26,<2"
+fi
+"$PY" -c "import ms_dynvm" 2>/dev/null && [ "$("$PY" -c 'import ms_dynvm, os; print(os.path.dirname(os.path.dirname(ms_dynvm.__file__)))')" = "$PWD" ] \
+    || "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+echo "[setup] ok: $("$PY" -c 'import mindspore, numpy; print("mindspore", mindspore.__version__, "numpy", numpy.__version__)' 2>/dev/null | tail -1)"
