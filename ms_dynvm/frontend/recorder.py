@@ -5,11 +5,19 @@ and a small function), one dict lookup per tensor operand, and the result types 
 MindSpore returned (authoritative; only the temporaries of a multi-instruction lowering are typed by the
 registry's shape rules).
 
-Tensor identity: a tensor object maps to the register that holds its value through
-`id(tensor) -> (weakref, Reg)`; the weakref guards against a recycled id. A tensor the recorder has not
-seen (an argument, a Parameter, a tensor made by indexing or construction, which MindSpore does not
-dispatch) becomes a program input. A tensor written through `__setitem__` or an in-place op gets a new
-register (its old one is forgotten), so later uses read the new value.
+Tensor identity: MindSpore hands the handler a fresh Python wrapper for every tensor argument and
+gives the user yet another wrapper for the result, so Python object identity (`is`, `id`, weakrefs)
+says nothing. What survives is per-C++-tensor user data (`Tensor._set_user_data`): each result is
+tagged `(epoch, Reg)`, where the epoch names the Program being recorded. A tensor without a tag of the
+current epoch (an argument, a Parameter, a tensor made by indexing or construction, which MindSpore does
+not dispatch) becomes a program input. A tensor written through `__setitem__` or an in-place op gets a
+new register, so later uses read the new value.
+
+Views: MindSpore CPU hands a non-view op a fresh contiguous copy of a view argument (made before the
+handler runs, with no tag). The recorder keeps the last few view results of the block and links such an
+untagged argument to a view result of the same dtype and shape whose bytes are equal (a memcmp of at
+most `_VIEW_LINK_MAX_BYTES`); equal bytes mean the register holds exactly the argument's value, so the
+link is exact, never a guess. An argument that matches none becomes an input, which is always correct.
 
 Two modes:
 - plain (`enable()`): each basic block is recorded into its own small Program, dropped when the block
@@ -21,9 +29,10 @@ Two modes:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
-import weakref
+from collections import deque
 
 from mindspore import Parameter, Tensor
 
@@ -39,6 +48,14 @@ _TMP = _norm.Tmp
 _INPLACE = _norm.INPLACE
 _normalize = _norm.normalize
 _OPS = opcodes.OPS
+_VIEW = opcodes.VIEW
+_KEY = "ms_dynvm"  # user-data key on MindSpore tensors
+_VIEW_LINK_MAX_BYTES = 1 << 22
+_VIEW_CANDIDATES = 8
+_memcmp = ctypes.CDLL(None).memcmp
+_memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_memcmp.restype = ctypes.c_int
+_epochs = iter(range(1, 1 << 62))
 
 # id(MindSpore dtype object) -> VM dtype name. MindSpore dtype objects are singletons and hashing them
 # costs about 1 us, so they are looked up by id.
@@ -71,29 +88,29 @@ def _flat_tensors(obj, out: list) -> list:
 class Recording:
     """What `ms_dynvm.record()` yields. After the `with` block: `program` (a bytecode Program),
     `inputs` (the MindSpore tensors entering it, Parameters included, in program input order) and
-    `outputs` (the tensors the program made that were still alive when recording stopped, in
-    register order, matching `program.outputs`)."""
+    `outputs` (every tensor the program's instructions made, in register order, matching
+    `program.outputs`; they hold their values as of the end of the recording)."""
 
     def __init__(self) -> None:
         self.program: Program | None = None
         self.inputs: list = []
         self.outputs: list = []
         self.errors: list = []  # recorder failures inside the scope ("name: error")
-        self._regs: dict = {}
+        self._epoch = None
 
     def reg_of(self, tensor):
         """The register holding `tensor`'s value at the end of the recording, or None."""
-        e = self._regs.get(id(tensor))
-        if e is not None and e[0]() is tensor:
-            return e[1]
+        tag = tensor._get_user_data(_KEY)
+        if tag is not None and tag[0] == self._epoch:
+            return tag[1]
         return None
 
     def output_index(self, tensor) -> int:
-        """Index of `tensor` in `outputs` (and of its value in `interpret(program, ...)`)."""
-        for i, t in enumerate(self.outputs):
-            if t is tensor:
-                return i
-        raise ValueError("tensor is not an output of this recording")
+        """Index of `tensor`'s value in `outputs` (and in `interpret(program, ...)`'s result)."""
+        r = self.reg_of(tensor)
+        if r is None or int(r) not in self.program.outputs:
+            raise ValueError("tensor is not an output of this recording")
+        return self.program.outputs.index(int(r))
 
 
 class Recorder:
@@ -109,7 +126,9 @@ class Recorder:
     def _new_program(self) -> None:
         self.program = Program()
         self.block = None
-        self._regs: dict = {}  # id(tensor) -> (weakref, Reg)
+        self.epoch = next(_epochs)
+        self._views: deque = deque(maxlen=_VIEW_CANDIDATES)  # (tensor, Reg, dtype, shape)
+        self._results: list = []  # record mode: every result tensor, kept alive for rec.outputs
 
     def _open_block(self):
         b = self.block
@@ -123,6 +142,7 @@ class Recorder:
             return
         self.block = None
         b.end = reason
+        self._views.clear()
         if b.instrs:
             METRICS.blocks += 1
             METRICS.block_ends[reason] += 1
@@ -172,25 +192,52 @@ class Recorder:
 
     def forget(self, tensor) -> None:
         """`tensor` was written in place by code the hook does not see: its value is new."""
-        self._regs.pop(id(tensor), None)
+        tensor._set_user_data(_KEY, None)
 
     # --- recording ------------------------------------------------------------------------------
     def _reg_of(self, t):
-        e = self._regs.get(id(t))
-        if e is not None and e[0]() is t:
-            return e[1]
+        tag = t._get_user_data(_KEY)
+        if tag is not None and tag[0] == self.epoch:
+            return tag[1]
+        ty = tensor_type(t)
+        if self._views:
+            r = self._link_view(t, ty)
+            if r is not None:
+                return r
         if isinstance(t, Parameter):
             kind, name = "param", t.name
         else:
             kind, name = "tensor", ""
-        r = self.program.add_input(tensor_type(t), kind, name)
-        self._regs[id(t)] = (weakref.ref(t), r)
+        r = self.program.add_input(ty, kind, name)
+        t._set_user_data(_KEY, (self.epoch, r))
         if self.recording is not None:
             self.recording.inputs.append(t)
         return r
 
+    def _link_view(self, t, ty):
+        """Register of a recent view result holding exactly `t`'s bytes, or None (see module doc)."""
+        nbytes = None
+        for view, reg, dtype, shape in reversed(self._views):
+            if dtype != ty.dtype or shape != ty.shape:
+                continue
+            if nbytes is None:
+                if ty.layout != "contiguous":
+                    return None
+                nbytes = t._nbytes() if callable(t._nbytes) else t._nbytes
+                if nbytes > _VIEW_LINK_MAX_BYTES:
+                    return None
+                ptr = t._data_ptr()
+            if not view.is_contiguous():
+                continue
+            if nbytes == 0 or _memcmp(ptr, view._data_ptr(), nbytes) == 0:
+                t._set_user_data(_KEY, (self.epoch, reg))
+                return reg
+        return None
+
     def _bind(self, t, reg) -> None:
-        self._regs[id(t)] = (weakref.ref(t), reg)
+        t._set_user_data(_KEY, (self.epoch, reg))
+        if self.recording is not None:
+            self._results.append(t)
 
     def on_op(self, name: str, args: tuple, out) -> None:
         """Called after the op ran eagerly with `out` as its result."""
@@ -241,7 +288,11 @@ class Recorder:
         for k, tmp in enumerate(low.outputs):
             t = outs[k]
             if isinstance(t, Tensor):
-                self._bind(t, results[tmp.index][tmp.out])
+                reg = results[tmp.index][tmp.out]
+                self._bind(t, reg)
+                if low.instrs[tmp.index][0] in _VIEW:
+                    ty = prog.types[int(reg)]
+                    self._views.append((t, reg, ty.dtype, ty.shape))
         if name in _INPLACE and low.outputs and isinstance(args[0], Tensor):
             first = low.outputs[0]
             self._bind(args[0], results[first.index][first.out])
@@ -297,17 +348,17 @@ class Recorder:
         rec = self.recording
         self.close_block("end")
         prog = self.program
-        input_regs = {i.reg for i in prog.inputs}
-        live = []
-        for ref, reg in self._regs.values():
-            t = ref()
-            if t is not None and int(reg) not in input_regs:
-                live.append((int(reg), t))
-        live.sort(key=lambda e: e[0])
-        prog.outputs = [r for r, _ in live]
+        # The latest tag of each result tensor says which register it holds now (a tensor written in
+        # place holds a newer value than its first register).
+        by_reg = {}
+        for t in self._results:
+            tag = t._get_user_data(_KEY)
+            if tag is not None and tag[0] == self.epoch:
+                by_reg.setdefault(int(tag[1]), t)
+        prog.outputs = sorted(by_reg)
         rec.program = prog
-        rec.outputs = [t for _, t in live]
-        rec._regs = dict(self._regs)
+        rec.outputs = [by_reg[r] for r in prog.outputs]
+        rec._epoch = self.epoch
         self.recording = None
         self._new_program()
         return rec
