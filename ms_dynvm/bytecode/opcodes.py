@@ -129,7 +129,7 @@ _op("logsumexp", Group.REDUCE, 1, {"axis": REQUIRED, "keepdims": False})
 _op("softmax", Group.NORM, 1, {"axis": -1})
 _op("log_softmax", Group.NORM, 1, {"axis": -1})
 _op("layer_norm", Group.NORM, 3, {"begin_norm_axis": -1, "begin_params_axis": -1, "eps": 1e-5},
-    n_out=3, doc="layer_norm(x, gamma, beta) -> (y, mean, rstd); mean/rstd keep the normed dims as 1")
+    n_out=3, doc="(x, gamma, beta) -> (y, mean, var); mean/var keep normed dims as 1; var biased, without eps")
 _op("softmax_cross_entropy", Group.NORM, 2, n_out=2,
     doc="(logits, labels) -> (loss per row, dlogits = softmax - labels)")
 

@@ -46,10 +46,21 @@ from ms_dynvm.metrics import METRICS
 _META = _norm.META
 _TMP = _norm.Tmp
 _INPLACE = _norm.INPLACE
+_mutated = _norm.mutated_tensor
 _normalize = _norm.normalize
 _OPS = opcodes.OPS
 _VIEW = opcodes.VIEW
-_KEY = "ms_dynvm"  # user-data key on MindSpore tensors
+_KEY = "ms_dynvm"  # user-data key on MindSpore tensors: (epoch, Reg)
+_PKEY = "ms_dynvm.param"  # user-data key: a Parameter's name
+
+
+def tag_parameters(cell) -> None:
+    """Tag the Parameters of `cell` (once per cell) so that recorded inputs can name them."""
+    if cell.__dict__.get("_ms_dynvm_tagged"):
+        return
+    for name, p in cell.parameters_and_names():
+        p._set_user_data(_PKEY, name)
+    cell.__dict__["_ms_dynvm_tagged"] = True
 _VIEW_LINK_MAX_BYTES = 1 << 22
 _VIEW_CANDIDATES = 8
 _memcmp = ctypes.CDLL(None).memcmp
@@ -204,7 +215,12 @@ class Recorder:
             r = self._link_view(t, ty)
             if r is not None:
                 return r
-        if isinstance(t, Parameter):
+        # The handler sees Parameters as plain Tensors: their names come from the tag that
+        # `tag_parameters` put on the C++ tensor.
+        pname = t._get_user_data(_PKEY)
+        if pname is not None:
+            kind, name = "param", pname
+        elif isinstance(t, Parameter):
             kind, name = "param", t.name
         else:
             kind, name = "tensor", ""
@@ -293,9 +309,11 @@ class Recorder:
                 if low.instrs[tmp.index][0] in _VIEW:
                     ty = prog.types[int(reg)]
                     self._views.append((t, reg, ty.dtype, ty.shape))
-        if name in _INPLACE and low.outputs and isinstance(args[0], Tensor):
-            first = low.outputs[0]
-            self._bind(args[0], results[first.index][first.out])
+        if name in _INPLACE and low.outputs:
+            target = _mutated(name, args)
+            if target is not None:
+                first = low.outputs[0]
+                self._bind(target, results[first.index][first.out])
         m.ops_recorded += 1
         m.instrs += len(low.instrs)
         if len(block.instrs) >= self.opts.max_block_ops:
@@ -319,8 +337,10 @@ class Recorder:
         outs = self.program.emit(block, "call", regs, {"target": name}, types)
         for t, r in zip(res, outs):
             self._bind(t, r)
-        if name in _INPLACE and args and isinstance(args[0], Tensor) and outs:
-            self._bind(args[0], outs[0])
+        if name in _INPLACE and outs:
+            target = _mutated(name, args)
+            if target is not None:
+                self._bind(target, outs[0])
         METRICS.ops_recorded += 1
         METRICS.instrs += 1
         self.close_block("call")

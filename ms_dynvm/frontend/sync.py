@@ -20,6 +20,8 @@ import threading
 
 from mindspore import Tensor, nn
 
+from ms_dynvm.frontend.recorder import tag_parameters
+
 try:  # MindSpore 2.9+ moved it; the old path still works with a deprecation warning.
     from mindspore.graph.api import _PyNativeExecutor
 except ImportError:  # pragma: no cover
@@ -96,6 +98,7 @@ class Hooks:
                         finally:
                             hooks._cell_depth -= threading.get_ident() == me
                     outer = rec.region
+                    tag_parameters(cell)
                     rec.enter_region(type(cell).__name__)
                     hooks._cell_depth += 1
                     try:

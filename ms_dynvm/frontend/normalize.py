@@ -1,0 +1,1416 @@
+"""Normalisation: one dispatched MindSpore op -> VM instructions (the frontend's op table).
+
+The recorder calls `normalize(name, args)` for EVERY op that `MsDispatchMode` reports, with the op's
+name (`func.name`) and its positional arguments exactly as dispatched. The answer is one of:
+
+- a `Lowering`: `instrs` is a list of `(vm_op, operands, attrs)`; an operand is a MindSpore Tensor
+  taken from `args`, a `Tmp(index, out)` (result `out` of instruction `index` of this lowering), or an
+  immediate Python scalar (bool/int/float/None). `attrs` is complete for the VM op (every attribute of
+  `opcodes.OPS[vm_op]`, defaults filled in) and holds tuples, never lists. `outputs` has one `Tmp` per
+  result of the dispatched op, in the order MindSpore returns them (a single tensor -> one entry, a
+  tuple or list of n tensors -> n entries). For an op in `INPLACE`, `outputs[0]` is ALSO the new value
+  of the tensor it mutates (see `mutated_tensor`).
+- `META`: an op with no tensor semantics (`typeof`, `make_range`, `sequence_len`, tuple helpers ...);
+  it passes through and is not recorded.
+- `None`: an unknown op, or an argument form this table does not understand (an unexpected type, a
+  tensor where a constant is needed, an option the VM op cannot express). The recorder then records an
+  opaque `call`. Nothing is ever guessed: every handler checks the types it relies on, and any failure
+  while reading the arguments means None.
+
+Cost: one dict lookup plus one small function per op. Handlers read tensor METADATA only where the VM
+op needs a static attribute (`x.shape` for split sizes, full-rank slices, `Flatten`, `gather_d_grad`;
+`x.dtype` for `NewOnes`/`InplaceCopy`); they never read a tensor's VALUE (that would force a sync):
+0-d tensors stay tensor operands, and a tensor where a constant is required (`OneHot` depth, `Range`)
+means None.
+
+Argument forms (measured with MindSpore 2.10 CPU, see tests/frontend/test_normalize.py):
+- Legacy primitives arrive as `args = (prim, name, (x, ...))`; some keep attributes only in
+  `prim.attrs` (`Stack`/`Unstack` axis, `Tril` diagonal, `Conv2D`, `MaxPool`, `PadV3` mode).
+  `normalize` unwraps them and hands the handler the inner tuple plus `prim`.
+- Shapes, permutations and axis lists often arrive as LISTS (`Reshape(x, [6, 4])`, `Squeeze(x, [1])`,
+  `Transpose(x, [0, 2, 1])`); they become tuples. An empty axis tuple/list means "all axes" for the
+  reductions (`SumExt(x, ())`, `ReduceSum(x, ())`) and for `Squeeze`.
+- Python scalars are often already 0-d tensors (`x + 2` -> `AddExt(x, T0d, 1)`, `x > 0` ->
+  `Greater(x, T0d)`), sometimes plain numbers (`Muls(x, 2.5)`, `ClampScalar(x, -1, 1)`); both are kept
+  as they come (tensor operand / immediate).
+- Axes are kept exactly as given (negative allowed), except where the VM op needs a full-rank or
+  positional form (`slice` begin/end/step, `transpose` perm from `TransposeExtView(x, d0, d1)`).
+  `slice` uses Python slice semantics with None for "from the start"/"to the end", so an axis that
+  is not sliced is (0, None, 1) and no static size is baked in (the registry accepts it over
+  symbolic dims).
+- dtype arguments are MindSpore type ids (`dtypes.TYPE_ID`); None means "default".
+
+Lowerings that are not one-to-one (value-equal, by construction or by measurement):
+- `AddExt/SubExt/AddScalar/SubScalar(x, y, alpha != 1)` -> `mul(y, alpha)`, then `add/sub`.
+- `GeLU` (legacy nn.GELU / ops.gelu(approximate='tanh')) is the TANH approximation (measured: 3.7e-7
+  from the tanh form, 4.7e-4 from the erf form) -> `gelu{approximate='tanh'}`; its backward `GeLUGrad`
+  -> `gelu_grad{approximate='tanh'}`. `GeluExt(x, 0|1)` -> 'none'|'tanh'.
+- `FastGeLU(x)` = x / (1 + exp(-1.702|x|)) * exp(0.851 (x - |x|)) = x * sigmoid(1.702 x)
+  -> `mul`, `sigmoid`, `mul`.
+- `SeLU(x)` -> `elu{alpha=1.6732632423543772}` then `mul(., 1.0507009873554805)`.
+- Legacy `LayerNorm` returns (y, mean, variance) (measured: biased, without eps), like the VM's
+  `layer_norm`. `LayerNormExt` (mint; documented as (y, mean, rstd), its CPU kernel fails to build)
+  -> `layer_norm`, then rstd = `rsqrt(add(var, eps))`.
+- `ArgMaxWithValue/ArgMinWithValue` return (indices, values): `max_with_index`/`min_with_index`
+  with the outputs swapped. `MaxDim/MinDim` return (values, indices) and map directly.
+- `LogSoftmaxGrad(y, dy, axis)` -> dy - exp(y) * sum(dy, axis, keepdims).
+- `Dense(x, w, b)` -> `matmul{transpose_b}` + `bias_add{axis=-1}`.
+- `StridedSlice` with shrink_axis_mask -> `slice` + `squeeze` (ellipsis/new_axis masks: None).
+- `FillV2(shape, value_tensor)` -> `broadcast_to` + `contiguous`.
+- `Flatten` (legacy: keep dim 0) -> `reshape{shape=(x.shape[0], -1)}`.
+- `AdaptiveAvgPool2D` with output_size (1, 1) -> `mean{axis=(-2, -1), keepdims}`.
+- `Conv2D`/`MaxPool` pad_mode 'same' -> explicit TF-style padding (extra on bottom/right) computed
+  from the static input shape.
+
+In-place ops (`INPLACE`): MindSpore reports some in-place Tensor methods under dedicated names
+(`x.copy_` -> `InplaceCopy`, `x.zero_` -> `InplaceZero`, `x.fill_` -> `InplaceFillScalar` /
+`InplaceFillTensor`, `x.masked_fill_` -> `InplaceMaskedFillScalar`), and legacy Parameter updates
+(`Assign`, `AssignAdd`, `ScatterAdd` ...) mutate their first input too. Each is lowered (when it is)
+to a value computation whose `outputs[0]` is the NEW value of the mutated tensor; the recorder must
+rebind that tensor to it. The in-place ops lowered here: InplaceCopy (broadcast_to/cast/contiguous of
+src), InplaceZero / InplaceFillScalar (`full_like`), InplaceFillTensor, InplaceMaskedFillScalar /
+InplaceMaskedFillTensor (`masked_fill`), InplaceStopGradient (`identity`), Assign (`contiguous`),
+AssignAdd / AssignSub (`add`/`sub`, same dtype only); the rest of INPLACE is recorded as opaque calls
+(still in INPLACE so that the mutated tensor gets a new register). NOTE: many in-place METHODS are
+reported under OUT-OF-PLACE names (`x.add_(1)` -> `AddExt`, `x.mul_(y)` -> `Mul`, measured); those
+cannot be told apart here. For legacy-form ops the mutated tensor is `args[2][0]`, not `args[0]`:
+use `mutated_tensor(name, args)`.
+
+Deliberately None (opaque): BatchNorm (mutates running stats), random ops other than legacy Dropout
+(DropoutExt, InplaceUniform/Normal, ...), data-dependent shapes (NonZero, MaskedSelect), Range (tensor
+bounds), OneHot with a tensor depth, Eye, Embedding, GroupNorm, RmsNorm, ReduceStd, PReLU,
+MaxPoolWithArgmaxV2, AvgPool with padding, Scatter / TensorScatterElements without 'add', backward
+kernels without a VM op (ReLU6Grad, HSwishGrad, EluGradExt, ...), and any op with kwargs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mindspore.common.tensor import Tensor
+
+from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name
+
+__all__ = ["Tmp", "Lowering", "META", "INPLACE", "normalize", "mutated_tensor", "covered_names"]
+
+
+class Tmp(NamedTuple):
+    """Result `out` of the lowering's instruction number `index`."""
+
+    index: int
+    out: int = 0
+
+
+class Lowering(NamedTuple):
+    instrs: list  # [(vm_op, operands, attrs)]
+    outputs: tuple  # one Tmp per result of the dispatched op
+
+
+class _Meta:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "META"
+
+
+META = _Meta()  # sentinel: no tensor semantics, pass through and do not record
+
+
+class _Unsupported(Exception):
+    """An argument form this table does not understand (normalize answers None)."""
+
+
+# Anything a handler raises while reading its arguments means "not understood": None.
+_REJECT = (_Unsupported, TypeError, ValueError, KeyError, IndexError, AttributeError)
+
+_NUMBER_TYPES = frozenset({bool, int, float})
+_OUT1 = (Tmp(0),)
+_OUT_LAST2 = (Tmp(1),)
+
+
+# --- argument readers: return the value in VM form or raise _Unsupported -----------------------------
+def _t(v):
+    """A tensor operand."""
+    if isinstance(v, Tensor):
+        return v
+    raise _Unsupported
+
+
+def _tn(v):
+    """A tensor operand or an immediate Python scalar."""
+    if type(v) in _NUMBER_TYPES or isinstance(v, Tensor):
+        return v
+    raise _Unsupported
+
+
+def _opt_t(v):
+    if v is None or isinstance(v, Tensor):
+        return v
+    raise _Unsupported
+
+
+def _num(v):
+    if type(v) in _NUMBER_TYPES:
+        return v
+    raise _Unsupported
+
+
+def _opt_num(v):
+    if v is None or type(v) in _NUMBER_TYPES:
+        return v
+    raise _Unsupported
+
+
+def _float(v) -> float:
+    if type(v) is float or type(v) is int:
+        return float(v)
+    raise _Unsupported
+
+
+def _int(v) -> int:
+    if type(v) is int:
+        return v
+    raise _Unsupported
+
+
+def _bool(v) -> bool:
+    if type(v) is bool:
+        return v
+    raise _Unsupported
+
+
+def _ints(v) -> tuple:
+    """A tuple of ints from a tuple or list of ints (shapes, perms, multiples)."""
+    if type(v) is tuple or type(v) is list:
+        for e in v:
+            if type(e) is not int:
+                raise _Unsupported
+        return tuple(v)
+    raise _Unsupported
+
+
+def _shape(v) -> tuple:
+    if type(v) is int:
+        return (v,)
+    return _ints(v)
+
+
+def _axes(v):
+    """Reduction axes: None or () -> None (all axes); an int -> (int,); a tuple/list of ints."""
+    if v is None:
+        return None
+    if type(v) is int:
+        return (v,)
+    t = _ints(v)
+    return t if t else None
+
+
+def _dtype(v) -> str:
+    if type(v) is int:
+        return TYPE_ID[v]
+    raise _Unsupported
+
+
+def _opt_dtype(v):
+    return None if v is None else _dtype(v)
+
+
+def _tensors(v) -> tuple:
+    if type(v) is tuple or type(v) is list:
+        for e in v:
+            if not isinstance(e, Tensor):
+                raise _Unsupported
+        return tuple(v)
+    raise _Unsupported
+
+
+def _vm_dtype(t) -> str:
+    return from_mindspore_name(str(t.dtype))
+
+
+def _one(op: str, operands: tuple, attrs: dict) -> Lowering:
+    return Lowering([(op, operands, attrs)], _OUT1)
+
+
+def _dim_index(dim: int, rank: int) -> int:
+    """A dim in [-rank, rank) as a position in [0, rank)."""
+    if type(dim) is not int or not -rank <= dim < rank:
+        raise _Unsupported
+    return dim + rank if dim < 0 else dim
+
+
+def _split_lowering(x, sizes: tuple, axis: int) -> Lowering:
+    if not sizes:
+        raise _Unsupported
+    return Lowering([("split", (x,), {"axis": axis, "sizes": sizes})],
+                    tuple(Tmp(0, i) for i in range(len(sizes))))
+
+
+def _chunks_of(size: int, piece: int) -> tuple:
+    """torch.split(split_size) sizes: full pieces then the remainder."""
+    if piece <= 0 or size <= 0:
+        raise _Unsupported
+    n, rem = divmod(size, piece)
+    return (piece,) * n + ((rem,) if rem else ())
+
+
+def _full_slice(x, dim: int, begin: int, end, step: int) -> Lowering:
+    """`slice` of one axis; the others are whole ((0, None, 1): no static size baked in)."""
+    rank = len(x.shape)
+    d = _dim_index(dim, rank)
+    b, e, s = [0] * rank, [None] * rank, [1] * rank
+    b[d], e[d], s[d] = begin, end, step
+    return _one("slice", (x,), {"begin": tuple(b), "end": tuple(e), "step": tuple(s)})
+
+
+# --- handler factories --------------------------------------------------------------------------
+def _unary(op: str):
+    def h(a, prim):
+        (x,) = a
+        return _one(op, (_t(x),), {})
+
+    return h
+
+
+def _binary(op: str):
+    def h(a, prim):
+        x, y = a
+        if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
+            raise _Unsupported
+        return _one(op, (_tn(x), _tn(y)), {})
+
+    return h
+
+
+def _binary_alpha(op: str):
+    """AddExt/SubExt/AddScalar/SubScalar(x, y, alpha) = x op alpha*y."""
+
+    def h(a, prim):
+        x, y, alpha = a
+        if type(alpha) is not int and type(alpha) is not float:
+            raise _Unsupported
+        _tn(x)
+        _tn(y)
+        if alpha == 1:
+            if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
+                raise _Unsupported
+            return _one(op, (x, y), {})
+        if not isinstance(y, Tensor):  # a scalar*alpha would need folding: leave it to MindSpore
+            raise _Unsupported
+        return Lowering([("mul", (y, alpha), {}), (op, (x, Tmp(0)), {})], _OUT_LAST2)
+
+    return h
+
+
+def _divmod(a, prim):
+    x, y, mode = a
+    if mode is None:
+        op = "div"
+    elif type(mode) is int and mode in _ROUNDING:
+        op = _ROUNDING[mode]
+    else:
+        raise _Unsupported
+    if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
+        raise _Unsupported
+    return _one(op, (_tn(x), _tn(y)), {})
+
+
+_ROUNDING = {1: "trunc_div", 2: "floor_div"}  # mint.div rounding_mode: 'trunc' -> 1, 'floor' -> 2
+
+
+def _where(a, prim):
+    c, x, y = a
+    return _one("where", (_t(c), _tn(x), _tn(y)), {})
+
+
+def _masked_fill(a, prim):
+    x, mask, value = a
+    return _one("masked_fill", (_t(x), _t(mask), _tn(value)), {})
+
+
+def _clamp_scalar(a, prim):
+    x, lo, hi = a
+    return _one("clamp", (_t(x), _opt_num(lo), _opt_num(hi)), {})
+
+
+def _clamp_tensor(a, prim):
+    x, lo, hi = a
+    return _one("clamp", (_t(x), _opt_t(lo), _opt_t(hi)), {})
+
+
+def _lerp(a, prim):
+    x, y, w = a
+    return _one("lerp", (_t(x), _t(y), _tn(w)), {})
+
+
+def _addcmul_ext(a, prim):
+    x, t1, t2, value = a
+    return _one("addcmul", (_t(x), _t(t1), _t(t2)), {"value": _float(value)})
+
+
+def _addcmul_legacy(a, prim):
+    # Addcmul(x, t1, t2, value_tensor) = x + value * t1 * t2
+    x, t1, t2, value = a
+    return Lowering([("mul", (_t(t1), _t(t2)), {}),
+                     ("mul", (Tmp(0), _tn(value)), {}),
+                     ("add", (_t(x), Tmp(1)), {})], (Tmp(2),))
+
+
+def _cast(a, prim):
+    x, dt = a
+    return _one("cast", (_t(x),), {"dtype": _dtype(dt)})
+
+
+def _round(a, prim):
+    x, decimals = a
+    if decimals != 0 or type(decimals) is not int:
+        raise _Unsupported
+    return _one("round", (_t(x),), {})
+
+
+# --- activations --------------------------------------------------------------------------------
+def _gelu_tanh(a, prim):
+    (x,) = a
+    return _one("gelu", (_t(x),), {"approximate": "tanh"})
+
+
+_GELU_MODE = {0: "none", 1: "tanh"}  # GeluExt(x, approximate): 'none' -> 0, 'tanh' -> 1
+
+
+def _gelu_ext(a, prim):
+    x, mode = a
+    if type(mode) is not int:
+        raise _Unsupported
+    return _one("gelu", (_t(x),), {"approximate": _GELU_MODE[mode]})
+
+
+def _fast_gelu(a, prim):
+    # FastGeLU(x) = x / (1 + exp(-1.702|x|)) * exp(0.851(x - |x|)) = x * sigmoid(1.702 x)
+    (x,) = a
+    _t(x)
+    return Lowering([("mul", (x, 1.702), {}), ("sigmoid", (Tmp(0),), {}), ("mul", (x, Tmp(1)), {})],
+                    (Tmp(2),))
+
+
+def _elu(a, prim):
+    x, alpha = a
+    return _one("elu", (_t(x),), {"alpha": _float(alpha)})
+
+
+def _selu(a, prim):
+    # selu(x) = scale * elu(x, alpha)
+    (x,) = a
+    return Lowering([("elu", (_t(x),), {"alpha": 1.6732632423543772}),
+                     ("mul", (Tmp(0), 1.0507009873554805), {})], _OUT_LAST2)
+
+
+def _softplus_legacy(a, prim):
+    (x,) = a
+    return _one("softplus", (_t(x),), {"beta": 1.0, "threshold": 20.0})
+
+
+def _softplus_ext(a, prim):
+    x, beta, threshold = a
+    return _one("softplus", (_t(x),), {"beta": _float(beta), "threshold": _float(threshold)})
+
+
+def _leaky_relu_ext(a, prim):
+    x, slope = a
+    return _one("leaky_relu", (_t(x),), {"alpha": _float(slope)})
+
+
+def _softmax(op: str):
+    def h(a, prim):
+        x, axis = a
+        if type(axis) is tuple or type(axis) is list:
+            if len(axis) != 1:
+                raise _Unsupported
+            axis = axis[0]
+        return _one(op, (_t(x),), {"axis": _int(axis)})
+
+    return h
+
+
+def _log_softmax_ext(a, prim):
+    x, dim, dt = a
+    if dt is not None:
+        raise _Unsupported
+    return _one("log_softmax", (_t(x),), {"axis": _int(dim)})
+
+
+def _log_softmax_grad(a, prim):
+    # d/dx log_softmax: dx = dy - exp(y) * sum(dy, axis, keepdims)
+    y, dy, axis = a
+    _t(y)
+    _t(dy)
+    return Lowering([("exp", (y,), {}),
+                     ("sum", (dy,), {"axis": (_int(axis),), "keepdims": True, "dtype": None}),
+                     ("mul", (Tmp(0), Tmp(1)), {}),
+                     ("sub", (dy, Tmp(2)), {})], (Tmp(3),))
+
+
+def _softmax_backward(a, prim):
+    dout, out, dim = a
+    return _one("softmax_grad", (_t(out), _t(dout)), {"axis": _int(dim)})
+
+
+# --- reductions ---------------------------------------------------------------------------------
+def _reduce_dtype(op: str):
+    """SumExt/MeanExt/ProdExt(x, axis, keepdims, dtype)."""
+
+    def h(a, prim):
+        x, axis, keep, dt = a
+        return _one(op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep),
+                                   "dtype": _opt_dtype(dt)})
+
+    return h
+
+
+def _reduce_sum_legacy(a, prim):
+    x, axis, keep, skip_mode = a
+    if skip_mode is not False:
+        raise _Unsupported
+    return _one("sum", (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
+
+
+def _reduce_legacy_dtype(op: str):
+    """ReduceMean/ReduceProd(x, axis, keepdims)."""
+
+    def h(a, prim):
+        x, axis, keep = a
+        return _one(op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
+
+    return h
+
+
+def _reduce_plain(op: str):
+    """ReduceMax/ReduceMin/ReduceAll/ReduceAny/AnyExt(x, axis, keepdims)."""
+
+    def h(a, prim):
+        x, axis, keep = a
+        return _one(op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep)})
+
+    return h
+
+
+def _reduce_all_axes(op: str):
+    """Max(x) / Min(x): reduce everything."""
+
+    def h(a, prim):
+        (x,) = a
+        return _one(op, (_t(x),), {"axis": None, "keepdims": False})
+
+    return h
+
+
+def _with_index(op: str, indices_first: bool):
+    outs = (Tmp(0, 1), Tmp(0, 0)) if indices_first else (Tmp(0, 0), Tmp(0, 1))
+
+    def h(a, prim):
+        x, axis, keep = a
+        return Lowering([(op, (_t(x),), {"axis": _int(axis), "keepdims": _bool(keep)})], outs)
+
+    return h
+
+
+def _arg_legacy(op: str):
+    """Argmax/Argmin(x, axis, output_type_id)."""
+
+    def h(a, prim):
+        x, axis, dt = a
+        return _one(op, (_t(x),), {"axis": _int(axis), "keepdims": False, "dtype": _dtype(dt)})
+
+    return h
+
+
+def _arg_ext(op: str):
+    """ArgMaxExt/ArgMinExt(x, dim | None, keepdim) -> int64 indices."""
+
+    def h(a, prim):
+        x, dim, keep = a
+        if dim is not None:
+            _int(dim)
+        return _one(op, (_t(x),), {"axis": dim, "keepdims": _bool(keep), "dtype": "i64"})
+
+    return h
+
+
+def _var(a, prim):
+    x, dim, correction, keep = a
+    return _one("var", (_t(x),), {"axis": _axes(dim), "keepdims": _bool(keep),
+                                  "correction": _int(correction)})
+
+
+def _logsumexp(a, prim):
+    x, dim, keep = a
+    axis = _axes(dim)
+    if axis is None:
+        raise _Unsupported
+    return _one("logsumexp", (_t(x),), {"axis": axis, "keepdims": _bool(keep)})
+
+
+# --- normalisation ------------------------------------------------------------------------------
+def _layer_norm_legacy(a, prim):
+    # LayerNorm(x, gamma, beta, begin_norm_axis, begin_params_axis, eps) -> (y, mean, variance):
+    # the VM's layer_norm has the same three results.
+    x, gamma, beta, bna, bpa, eps = a
+    return Lowering([("layer_norm", (_t(x), _t(gamma), _t(beta)),
+                      {"begin_norm_axis": _int(bna), "begin_params_axis": _int(bpa), "eps": _float(eps)})],
+                    (Tmp(0, 0), Tmp(0, 1), Tmp(0, 2)))
+
+
+def _layer_norm_ext(a, prim):
+    # LayerNormExt(x, normalized_shape, weight, bias, eps) -> (y, mean, rstd); rstd = rsqrt(var + eps)
+    x, normalized_shape, gamma, beta, eps = a
+    n = len(_shape(normalized_shape))
+    if n == 0:
+        raise _Unsupported
+    eps = _float(eps)
+    return Lowering([("layer_norm", (_t(x), _t(gamma), _t(beta)),
+                      {"begin_norm_axis": -n, "begin_params_axis": -n, "eps": eps}),
+                     ("add", (Tmp(0, 2), eps), {}),
+                     ("rsqrt", (Tmp(1),), {})],
+                    (Tmp(0, 0), Tmp(0, 1), Tmp(2)))
+
+
+def _softmax_ce(a, prim):
+    logits, labels = a
+    return Lowering([("softmax_cross_entropy", (_t(logits), _t(labels)), {})], (Tmp(0, 0), Tmp(0, 1)))
+
+
+# --- views and layout ---------------------------------------------------------------------------
+def _reshape(a, prim):
+    x, shape = a
+    return _one("reshape", (_t(x),), {"shape": _shape(shape)})
+
+
+def _flatten_legacy(a, prim):
+    (x,) = a
+    shape = _t(x).shape
+    if len(shape) == 0:
+        raise _Unsupported
+    return _one("reshape", (x,), {"shape": (shape[0], -1)})
+
+
+def _transpose(a, prim):
+    x, perm = a
+    return _one("transpose", (_t(x),), {"perm": _ints(perm)})
+
+
+def _transpose_ext(a, prim):
+    x, d0, d1 = a
+    rank = len(_t(x).shape)
+    i, j = _dim_index(d0, rank), _dim_index(d1, rank)
+    perm = list(range(rank))
+    perm[i], perm[j] = perm[j], perm[i]
+    return _one("transpose", (x,), {"perm": tuple(perm)})
+
+
+def _expand_dims(a, prim):
+    x, axis = a
+    return _one("expand_dims", (_t(x),), {"axis": _int(axis)})
+
+
+def _squeeze(a, prim):
+    x, axis = a
+    return _one("squeeze", (_t(x),), {"axis": _axes(axis)})
+
+
+def _broadcast_to(a, prim):
+    x, shape = a
+    return _one("broadcast_to", (_t(x),), {"shape": _shape(shape)})
+
+
+def _strided_slice(a, prim):
+    # StridedSlice(x, begin, end, strides, begin_mask, end_mask, ellipsis_mask, new_axis_mask,
+    # shrink_axis_mask), all masks ints. A masked begin/end is None (Python slice default); axes past
+    # len(begin) are whole; a shrunk axis is sliced to one element and squeezed.
+    x, begin, end, strides, begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_mask = a
+    begin, end, strides = _ints(begin), _ints(end), _ints(strides)
+    begin_mask, end_mask, shrink_mask = _int(begin_mask), _int(end_mask), _int(shrink_mask)
+    if _int(ellipsis_mask) or _int(new_axis_mask):
+        raise _Unsupported
+    shape = tuple(_t(x).shape)
+    n = len(begin)
+    if len(end) != n or len(strides) != n or n > len(shape):
+        raise _Unsupported
+    b, e, s = [0] * len(shape), [None] * len(shape), [1] * len(shape)
+    shrunk = []
+    for i in range(n):
+        step = strides[i]
+        if step == 0:
+            raise _Unsupported
+        if shrink_mask >> i & 1:
+            if begin_mask >> i & 1:  # MindSpore then takes index 0 whatever begin says: not modelled
+                raise _Unsupported
+            dim = shape[i]
+            k = begin[i] + dim if begin[i] < 0 else begin[i]
+            if not 0 <= k < dim:
+                raise _Unsupported
+            b[i], e[i] = k, k + 1
+            shrunk.append(i)
+            continue
+        s[i] = step
+        b[i] = None if begin_mask >> i & 1 else begin[i]
+        e[i] = None if end_mask >> i & 1 else end[i]
+        if step < 0 and (b[i] is None or e[i] is None or not -shape[i] <= b[i] < shape[i]
+                         or not -shape[i] <= e[i] < shape[i]):
+            # Negative strides: MindSpore's CPU kernel neither clamps out-of-range bounds (it reads
+            # past the axis) nor treats masked bounds as Python does (measured); only in-range
+            # bounds match a Python slice.
+            raise _Unsupported
+    instrs = [("slice", (x,), {"begin": tuple(b), "end": tuple(e), "step": tuple(s)})]
+    if shrunk:
+        instrs.append(("squeeze", (Tmp(0),), {"axis": tuple(shrunk)}))
+    return Lowering(instrs, (Tmp(len(instrs) - 1),))
+
+
+def _slice_legacy(a, prim):
+    # Slice(x, begin, size): size -1 = to the end
+    x, begin, size = a
+    begin, size = _ints(begin), _ints(size)
+    rank = len(_t(x).shape)
+    if len(begin) != rank or len(size) != rank:
+        raise _Unsupported
+    end = []
+    for bi, si in zip(begin, size):
+        if bi < 0 or si < -1:
+            raise _Unsupported
+        end.append(None if si == -1 else bi + si)
+    return _one("slice", (x,), {"begin": begin, "end": tuple(end), "step": (1,) * rank})
+
+
+def _narrow(a, prim):
+    x, dim, start, length = a
+    shape = tuple(_t(x).shape)
+    d = _dim_index(dim, len(shape))
+    start, length = _int(start), _int(length)
+    if start < 0:
+        start += shape[d]
+    if start < 0 or length < 0:
+        raise _Unsupported
+    return _full_slice(x, dim, start, start + length, 1)
+
+
+def _slice_ext(a, prim):
+    x, dim, start, end, step = a
+    if _int(step) <= 0:
+        raise _Unsupported
+    return _full_slice(_t(x), dim, _int(start), _int(end), step)
+
+
+def _select_ext(a, prim):
+    x, dim, index = a
+    shape = tuple(_t(x).shape)
+    d = _dim_index(dim, len(shape))
+    index = _int(index)
+    if not -shape[d] <= index < shape[d]:
+        raise _Unsupported
+    return _one("select", (x,), {"axis": dim, "index": index + shape[d] if index < 0 else index})
+
+
+def _split(a, prim):
+    # Split(x, axis, output_num): equal pieces
+    x, axis, n = a
+    shape = tuple(_t(x).shape)
+    size = shape[_dim_index(axis, len(shape))]
+    n = _int(n)
+    if n <= 0 or size % n:
+        raise _Unsupported
+    return _split_lowering(x, (size // n,) * n, axis)
+
+
+def _split_tensor(a, prim):
+    # SplitTensor(x, split_size, dim)
+    x, piece, dim = a
+    shape = tuple(_t(x).shape)
+    return _split_lowering(x, _chunks_of(shape[_dim_index(dim, len(shape))], _int(piece)), dim)
+
+
+def _split_with_size(a, prim):
+    x, sizes, dim = a
+    shape = tuple(_t(x).shape)
+    sizes = _ints(sizes)
+    if sum(sizes) != shape[_dim_index(dim, len(shape))] or min(sizes, default=-1) < 0:
+        raise _Unsupported
+    return _split_lowering(x, sizes, dim)
+
+
+def _chunk(a, prim):
+    # Chunk(x, chunks, dim): pieces of ceil(size / chunks), as torch.chunk
+    x, chunks, dim = a
+    shape = tuple(_t(x).shape)
+    size = shape[_dim_index(dim, len(shape))]
+    chunks = _int(chunks)
+    if chunks <= 0:
+        raise _Unsupported
+    return _split_lowering(x, _chunks_of(size, -(-size // chunks)), dim)
+
+
+def _unstack_n(x, axis) -> Lowering:
+    shape = tuple(_t(x).shape)
+    n = shape[_dim_index(axis, len(shape))]
+    if n == 0:
+        raise _Unsupported
+    return Lowering([("unstack", (x,), {"axis": axis})], tuple(Tmp(0, i) for i in range(n)))
+
+
+def _unstack_legacy(a, prim):
+    (x,) = a
+    return _unstack_n(x, _int(prim.attrs["axis"]))
+
+
+def _unstack_ext(a, prim):
+    x, dim = a
+    return _unstack_n(x, _int(dim))
+
+
+def _stack_legacy(a, prim):
+    (ts,) = a
+    return _one("stack", _tensors(ts), {"axis": _int(prim.attrs["axis"])})
+
+
+def _stack_ext(a, prim):
+    ts, dim = a
+    return _one("stack", _tensors(ts), {"axis": _int(dim)})
+
+
+def _concat(a, prim):
+    ts, axis = a
+    return _one("concat", _tensors(ts), {"axis": _int(axis)})
+
+
+def _tile(a, prim):
+    x, multiples = a
+    return _one("tile", (_t(x),), {"multiples": _shape(multiples)})
+
+
+def _tril_triu(op: str):
+    def h(a, prim):
+        if prim is not None and len(a) == 1:  # legacy Tril(x), diagonal in prim.attrs
+            (x,) = a
+            diagonal = prim.attrs["diagonal"]
+        else:
+            x, diagonal = a
+        return _one(op, (_t(x),), {"diagonal": _int(diagonal)})
+
+    return h
+
+
+def _cumsum_legacy(a, prim):
+    x, axis, exclusive, reverse = a
+    if exclusive is not False or reverse is not False:
+        raise _Unsupported
+    return _one("cumsum", (_t(x),), {"axis": _int(axis), "dtype": None})
+
+
+def _cumsum_ext(a, prim):
+    x, dim, dt = a
+    return _one("cumsum", (_t(x),), {"axis": _int(dim), "dtype": _opt_dtype(dt)})
+
+
+def _reverse(a, prim):
+    x, axis = a
+    axes = _axes(axis)
+    if axes is None:
+        raise _Unsupported
+    return _one("flip", (_t(x),), {"axis": axes})
+
+
+def _torch_pads(pads: tuple, rank: int) -> tuple:
+    """torch-style flat pads (last dim first, (before, after) pairs) -> ((before, after), ...) per dim."""
+    if len(pads) % 2 or len(pads) // 2 > rank or min(pads, default=0) < 0:
+        raise _Unsupported
+    out = [(0, 0)] * rank
+    for k in range(len(pads) // 2):
+        out[rank - 1 - k] = (pads[2 * k], pads[2 * k + 1])
+    return tuple(out)
+
+
+def _pad_v3(a, prim):
+    x, paddings, value = a
+    attrs = prim.attrs
+    if attrs.get("mode") != "constant" or attrs.get("paddings_contiguous") is not True:
+        raise _Unsupported
+    if value is None:
+        raise _Unsupported
+    return _one("pad", (_t(x), _tn(value)), {"pads": _torch_pads(_ints(paddings), len(x.shape))})
+
+
+def _constant_pad_nd(a, prim):
+    x, pads, value = a
+    return _one("pad", (_t(x), _num(value)), {"pads": _torch_pads(_ints(pads), len(x.shape))})
+
+
+# --- gather / scatter ---------------------------------------------------------------------------
+def _gather(a, prim):
+    x, idx, axis, batch_dims = a
+    return _one("gather", (_t(x), _t(idx)), {"axis": _int(axis), "batch_dims": _int(batch_dims)})
+
+
+def _gather_d(a, prim):
+    x, dim, idx = a
+    return _one("gather_d", (_t(x), _t(idx)), {"dim": _int(dim)})
+
+
+def _gather_nd(a, prim):
+    x, idx = a
+    return _one("gather_nd", (_t(x), _t(idx)), {})
+
+
+def _index_select(a, prim):
+    x, dim, idx = a
+    return _one("index_select", (_t(x), _t(idx)), {"axis": _int(dim)})
+
+
+def _scatter_nd(op: str):
+    def h(a, prim):
+        x, idx, upd = a
+        return _one(op, (_t(x), _t(idx), _t(upd)), {})
+
+    return h
+
+
+def _scatter_add_ext(a, prim):
+    x, dim, idx, src = a
+    return _one("scatter_add", (_t(x), _t(idx), _t(src)), {"dim": _int(dim)})
+
+
+def _tensor_scatter_elements(a, prim):
+    x, idx, upd, axis, reduction = a
+    if reduction != 1 or type(reduction) is not int:  # 'add' -> 1; 'none' is a plain scatter
+        raise _Unsupported
+    return _one("scatter_add", (_t(x), _t(idx), _t(upd)), {"dim": _int(axis)})
+
+
+def _unsorted_segment_sum(a, prim):
+    x, ids, num = a
+    return _one("unsorted_segment_sum", (_t(x), _t(ids)), {"num_segments": _int(num)})
+
+
+def _one_hot(a, prim):
+    idx, depth, on, off, axis = a
+    return _one("one_hot", (_t(idx), _tn(on), _tn(off)), {"depth": _int(depth), "axis": _int(axis)})
+
+
+# --- linear algebra, convolution ----------------------------------------------------------------
+def _matmul_flags(a, prim):
+    x, y, ta, tb = a
+    return _one("matmul", (_t(x), _t(y)), {"transpose_a": _bool(ta), "transpose_b": _bool(tb)})
+
+
+def _matmul_plain(a, prim):
+    x, y = a
+    return _one("matmul", (_t(x), _t(y)), {"transpose_a": False, "transpose_b": False})
+
+
+def _dense(a, prim):
+    x, w, b = a
+    mm = ("matmul", (_t(x), _t(w)), {"transpose_a": False, "transpose_b": True})
+    if b is None:
+        return Lowering([mm], _OUT1)
+    return Lowering([mm, ("bias_add", (Tmp(0), _t(b)), {"axis": -1})], _OUT_LAST2)
+
+
+_BIAS_AXIS = {0: 1, 1: -1}  # BiasAdd data_format: NCHW -> 0 (channels at 1), NHWC -> 1 (last)
+
+
+def _bias_add(a, prim):
+    x, b, fmt = a
+    if type(fmt) is not int:
+        raise _Unsupported
+    return _one("bias_add", (_t(x), _t(b)), {"axis": _BIAS_AXIS[fmt]})
+
+
+def _hw(v) -> tuple:
+    """(h, w) from an NCHW attribute of length 4 (1, 1, h, w) or length 2."""
+    v = _shape(v)
+    if len(v) == 4:
+        v = v[2:]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2:
+        raise _Unsupported
+    return v
+
+
+def _same_pads(in_hw, k_hw, s_hw, d_hw) -> tuple:
+    """TF 'SAME' padding (extra on bottom/right): (top, bottom, left, right)."""
+    out = []
+    for size, k, s, d in zip(in_hw, k_hw, s_hw, d_hw):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        out += [total // 2, total - total // 2]
+    return tuple(out)
+
+
+def _conv2d(a, prim):
+    x, w = a
+    at = prim.attrs
+    if at.get("data_format", "NCHW") != "NCHW" or at.get("mode", 1) != 1:
+        raise _Unsupported
+    stride, dilation = _hw(at["stride"]), _hw(at["dilation"])
+    groups = _int(at.get("group", at.get("groups", 1)))
+    mode = str(at["pad_mode"]).lower()
+    xs, ws = tuple(_t(x).shape), tuple(_t(w).shape)
+    if len(xs) != 4 or len(ws) != 4:
+        raise _Unsupported
+    if mode == "valid":
+        padding = (0, 0, 0, 0)
+    elif mode == "pad":
+        padding = _ints(at["pad"])
+        if len(padding) != 4:
+            raise _Unsupported
+    elif mode == "same":
+        padding = _same_pads(xs[2:], ws[2:], stride, dilation)
+    else:
+        raise _Unsupported
+    return _one("conv2d", (x, w), {"stride": stride, "padding": padding, "dilation": dilation,
+                                   "groups": groups})
+
+
+def _max_pool(a, prim):
+    (x,) = a
+    at = prim.attrs
+    if at.get("data_format", "NCHW") != "NCHW":
+        raise _Unsupported
+    kernel, stride = _hw(at["kernel_size"]), _hw(at["strides"])
+    mode = str(at["pad_mode"]).upper()
+    xs = tuple(_t(x).shape)
+    if len(xs) != 4:
+        raise _Unsupported
+    if mode == "VALID":
+        padding = (0, 0, 0, 0)
+    elif mode == "SAME":
+        padding = _same_pads(xs[2:], kernel, stride, (1, 1))
+    else:
+        raise _Unsupported
+    return _one("max_pool2d", (x,), {"kernel": kernel, "stride": stride, "padding": padding})
+
+
+def _avg_pool(a, prim):
+    # AvgPool(x, kernel, strides, pad_mode, data_format): pad_mode VALID -> 2, NCHW -> 0
+    x, kernel, strides, pad_mode, fmt = a
+    if pad_mode != 2 or fmt != 0 or len(_t(x).shape) != 4:
+        raise _Unsupported
+    return _one("avg_pool2d", (x,), {"kernel": _hw(kernel), "stride": _hw(strides),
+                                     "padding": (0, 0, 0, 0)})
+
+
+def _adaptive_avg_pool2d(a, prim):
+    (x,) = a
+    if tuple(prim.attrs.get("output_size", ())) != (1, 1) or len(_t(x).shape) < 3:
+        raise _Unsupported
+    return _one("mean", (x,), {"axis": (-2, -1), "keepdims": True, "dtype": None})
+
+
+def _dropout(a, prim):
+    x, keep_prob, seed0, seed1 = a
+    _int(seed0)
+    _int(seed1)
+    keep = _float(keep_prob)
+    if not 0.0 <= keep <= 1.0:
+        raise _Unsupported
+    return Lowering([("dropout", (_t(x),), {"p": 1.0 - keep})], (Tmp(0, 0), Tmp(0, 1)))
+
+
+# --- creation -----------------------------------------------------------------------------------
+def _fill_value(dtype: str, v: int):
+    """1/0 in the dtype's kind: True/False, 1/0 or 1.0/0.0."""
+    if dtype == "bool":
+        return bool(v)
+    if dtype in ("i8", "i16", "i32", "i64", "u8"):
+        return v
+    return float(v)
+
+
+def _ones_zeros(value: int):
+    def h(a, prim):
+        shape, dt = a
+        dtype = "f32" if dt is None else _dtype(dt)  # measured: Ones((2, 3), None) -> float32
+        return Lowering([("fill", (), {"shape": _shape(shape), "dtype": dtype,
+                                       "value": _fill_value(dtype, value)})], _OUT1)
+
+    return h
+
+
+def _like_legacy(value: int):
+    def h(a, prim):
+        (x,) = a
+        return _one("full_like", (_t(x),), {"value": value, "dtype": None})
+
+    return h
+
+
+def _like_ext(value: int):
+    def h(a, prim):
+        x, dt = a
+        return _one("full_like", (_t(x),), {"value": value, "dtype": _opt_dtype(dt)})
+
+    return h
+
+
+def _full_like(a, prim):
+    x, value, dt = a
+    return _one("full_like", (_t(x),), {"value": _num(value), "dtype": _opt_dtype(dt)})
+
+
+def _fill_scalar(a, prim):
+    shape, value, dt = a
+    if dt is None:  # the default dtype follows the value's kind: not modelled
+        raise _Unsupported
+    return Lowering([("fill", (), {"shape": _shape(shape), "dtype": _dtype(dt), "value": _num(value)})],
+                    _OUT1)
+
+
+def _fill_v2(a, prim):
+    # FillV2(shape, value_tensor): the value's dtype, materialised
+    shape, value = a
+    return Lowering([("broadcast_to", (_t(value),), {"shape": _shape(shape)}),
+                     ("contiguous", (Tmp(0),), {})], _OUT_LAST2)
+
+
+def _fill_tensor(a, prim):
+    shape, value, dt = a
+    last = ("contiguous", (Tmp(0),), {}) if dt is None else ("cast", (Tmp(0),), {"dtype": _dtype(dt)})
+    return Lowering([("broadcast_to", (_t(value),), {"shape": _shape(shape)}), last], _OUT_LAST2)
+
+
+def _new_fill(value: int):
+    def h(a, prim):
+        x, shape, dt = a
+        dtype = _vm_dtype(_t(x)) if dt is None else _dtype(dt)
+        return Lowering([("fill", (), {"shape": _shape(shape), "dtype": dtype,
+                                       "value": _fill_value(dtype, value)})], _OUT1)
+
+    return h
+
+
+def _new_full(a, prim):
+    x, shape, value, dt = a
+    dtype = _vm_dtype(_t(x)) if dt is None else _dtype(dt)
+    return Lowering([("fill", (), {"shape": _shape(shape), "dtype": dtype, "value": _num(value)})],
+                    _OUT1)
+
+
+def _arange(a, prim):
+    start, end, step, dt = a
+    if dt is None:
+        raise _Unsupported
+    return Lowering([("arange", (), {"start": _num(start), "end": _num(end), "step": _num(step),
+                                     "dtype": _dtype(dt)})], _OUT1)
+
+
+# --- backward kernels ---------------------------------------------------------------------------
+def _grad2(op: str, **attrs):
+    def h(a, prim):
+        u, v = a
+        return _one(op, (_t(u), _t(v)), dict(attrs))
+
+    return h
+
+
+def _gelu_grad(a, prim):
+    dy, x, y = a
+    return _one("gelu_grad", (_t(dy), _t(x), _t(y)), {"approximate": "tanh"})
+
+
+def _gather_d_grad_v2(a, prim):
+    x, dim, idx, grad = a
+    return _one("gather_d_grad", (_t(idx), _t(grad)), {"dim": _int(dim), "shape": tuple(_t(x).shape)})
+
+
+# --- in-place ops -------------------------------------------------------------------------------
+def _copy_into(x, src) -> Lowering:
+    """New value of `x` after x[...] = src: src broadcast to x's shape, in x's dtype, materialised."""
+    shape = tuple(x.shape)
+    instrs = []
+    cur = src
+    if tuple(src.shape) != shape:
+        instrs.append(("broadcast_to", (src,), {"shape": shape}))
+        cur = Tmp(0)
+    xd = _vm_dtype(x)
+    if _vm_dtype(src) != xd:
+        instrs.append(("cast", (cur,), {"dtype": xd}))
+    else:
+        instrs.append(("contiguous", (cur,), {}))
+    return Lowering(instrs, (Tmp(len(instrs) - 1),))
+
+
+def _inplace_copy(a, prim):
+    x, src, non_blocking = a
+    _bool(non_blocking)
+    return _copy_into(_t(x), _t(src))
+
+
+def _inplace_fill_tensor(a, prim):
+    x, value = a
+    return _copy_into(_t(x), _t(value))
+
+
+def _inplace_fill_scalar(a, prim):
+    x, value = a
+    return _one("full_like", (_t(x),), {"value": _num(value), "dtype": None})
+
+
+def _inplace_zero(a, prim):
+    (x,) = a
+    return _one("full_like", (_t(x),), {"value": 0, "dtype": None})
+
+
+def _assign(a, prim):
+    x, value = a
+    if tuple(_t(x).shape) != tuple(_t(value).shape) or _vm_dtype(x) != _vm_dtype(value):
+        raise _Unsupported
+    return _one("contiguous", (value,), {})
+
+
+def _assign_arith(op: str):
+    def h(a, prim):
+        x, value = a
+        if _vm_dtype(_t(x)) != _vm_dtype(_t(value)):
+            raise _Unsupported
+        return _one(op, (x, value), {})
+
+    return h
+
+
+# --- the table ----------------------------------------------------------------------------------
+_TABLE: dict = {}
+
+
+def _reg(names: str, handler) -> None:
+    for n in names.split():
+        _TABLE[n] = handler
+
+
+for _ms, _vm in {
+    "Neg": "neg", "Abs": "abs", "Exp": "exp", "Expm1": "expm1", "Log": "log", "Log1p": "log1p",
+    "Log2": "log2", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Reciprocal": "reciprocal", "Square": "square",
+    "Sin": "sin", "Cos": "cos", "Tan": "tan", "Tanh": "tanh", "Sigmoid": "sigmoid", "ReLU": "relu",
+    "ReLU6": "relu6", "SiLU": "silu", "Mish": "mish", "MishExt": "mish", "Erf": "erf", "Erfc": "erfc",
+    "Floor": "floor", "Ceil": "ceil", "Trunc": "trunc", "Sign": "sign", "LogicalNot": "logical_not",
+    "IsNan": "isnan", "IsInf": "isinf", "IsFinite": "isfinite", "HSwish": "hardswish",
+    "HSigmoid": "hardsigmoid", "Contiguous": "contiguous", "Copy": "contiguous", "Clone": "contiguous",
+    "StopGradient": "identity", "Identity": "identity",
+}.items():
+    _TABLE[_ms] = _unary(_vm)
+
+for _ms, _vm in {
+    # tensor (or 0-d tensor) operands
+    "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "RealDiv": "div", "Maximum": "maximum",
+    "Minimum": "minimum", "Atan2": "atan2", "Pow": "pow", "FloorDiv": "floor_div", "FloorMod": "mod",
+    "RemainderTensorTensor": "mod", "TruncateDiv": "trunc_div", "TruncateMod": "fmod",
+    "Equal": "eq", "NotEqual": "ne", "Less": "lt", "LessEqual": "le", "Greater": "gt",
+    "GreaterEqual": "ge", "LogicalAnd": "logical_and", "LogicalOr": "logical_or",
+    "LogicalXor": "logical_xor", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
+    # Python-scalar forms (the scalar becomes an immediate)
+    "Muls": "mul", "Divs": "div", "PowTensorScalar": "pow", "PowScalarTensor": "pow",
+    "EqScalar": "eq", "GreaterEqualScalar": "ge", "LessScalar": "lt", "FmodScalar": "fmod",
+    "FloorDivScalar": "floor_div", "RemainderTensorScalar": "mod", "RemainderScalarTensor": "mod",
+    "BitwiseAndScalar": "bitwise_and", "BitwiseOrScalar": "bitwise_or",
+    "BitwiseXorScalar": "bitwise_xor",
+}.items():
+    _TABLE[_ms] = _binary(_vm)
+
+_reg("AddExt AddScalar", _binary_alpha("add"))
+_reg("SubExt SubScalar", _binary_alpha("sub"))
+_reg("DivMod DivMods", _divmod)
+_reg("Select SelectV2", _where)
+_reg("MaskedFill MaskedFillScalar", _masked_fill)
+_reg("ClampScalar", _clamp_scalar)
+_reg("ClampTensor", _clamp_tensor)
+_reg("Lerp LerpScalar", _lerp)
+_reg("AddcmulExt", _addcmul_ext)
+_reg("Addcmul", _addcmul_legacy)
+_reg("Cast", _cast)
+_reg("Round", _round)
+
+_reg("GeLU", _gelu_tanh)
+_reg("GeluExt", _gelu_ext)
+_reg("FastGeLU", _fast_gelu)
+_reg("Elu EluExt", _elu)
+_reg("SeLU", _selu)
+_reg("Softplus", _softplus_legacy)
+_reg("SoftplusExt", _softplus_ext)
+_reg("LeakyReLUExt", _leaky_relu_ext)
+_reg("Softmax", _softmax("softmax"))
+_reg("LogSoftmax", _softmax("log_softmax"))
+_reg("LogSoftmaxExt", _log_softmax_ext)
+_reg("LogSoftmaxGrad", _log_softmax_grad)
+_reg("SoftmaxBackward", _softmax_backward)
+
+_reg("SumExt", _reduce_dtype("sum"))
+_reg("MeanExt", _reduce_dtype("mean"))
+_reg("ProdExt", _reduce_dtype("prod"))
+_reg("ReduceSum", _reduce_sum_legacy)
+_reg("ReduceMean", _reduce_legacy_dtype("mean"))
+_reg("ReduceProd", _reduce_legacy_dtype("prod"))
+_reg("ReduceMax", _reduce_plain("max"))
+_reg("ReduceMin", _reduce_plain("min"))
+_reg("ReduceAll", _reduce_plain("all"))
+_reg("ReduceAny AnyExt", _reduce_plain("any"))
+_reg("Max", _reduce_all_axes("max"))
+_reg("Min", _reduce_all_axes("min"))
+_reg("MaxDim", _with_index("max_with_index", indices_first=False))
+_reg("MinDim", _with_index("min_with_index", indices_first=False))
+_reg("ArgMaxWithValue", _with_index("max_with_index", indices_first=True))
+_reg("ArgMinWithValue", _with_index("min_with_index", indices_first=True))
+_reg("Argmax", _arg_legacy("argmax"))
+_reg("Argmin", _arg_legacy("argmin"))
+_reg("ArgMaxExt", _arg_ext("argmax"))
+_reg("ArgMinExt", _arg_ext("argmin"))
+_reg("Var", _var)
+_reg("LogSumExp", _logsumexp)
+
+_reg("LayerNorm", _layer_norm_legacy)
+_reg("LayerNormExt", _layer_norm_ext)
+_reg("SoftmaxCrossEntropyWithLogits", _softmax_ce)
+
+_reg("Reshape View", _reshape)
+_reg("Flatten", _flatten_legacy)
+_reg("Transpose TransposeView", _transpose)
+_reg("TransposeExtView", _transpose_ext)
+_reg("ExpandDims ExpandDimsView", _expand_dims)
+_reg("Squeeze", _squeeze)
+_reg("BroadcastTo BroadcastToView", _broadcast_to)
+_reg("StridedSlice", _strided_slice)
+_reg("Slice", _slice_legacy)
+_reg("Narrow NarrowView", _narrow)
+_reg("SliceExt SliceExtView", _slice_ext)
+_reg("SelectExtView", _select_ext)
+_reg("Split", _split)
+_reg("SplitTensor SplitTensorView", _split_tensor)
+_reg("SplitWithSize SplitWithSizeView", _split_with_size)
+_reg("Chunk ChunkView", _chunk)
+_reg("Unstack", _unstack_legacy)
+_reg("UnstackExtView", _unstack_ext)
+_reg("Stack", _stack_legacy)
+_reg("StackExt", _stack_ext)
+_reg("Concat", _concat)
+_reg("Tile", _tile)
+_reg("Tril TrilExt", _tril_triu("tril"))
+_reg("Triu", _tril_triu("triu"))
+_reg("CumSum", _cumsum_legacy)
+_reg("CumsumExt", _cumsum_ext)
+_reg("ReverseV2", _reverse)
+_reg("PadV3", _pad_v3)
+_reg("ConstantPadND", _constant_pad_nd)
+
+_reg("Gather", _gather)
+_reg("GatherD", _gather_d)
+_reg("GatherNd GatherNdExt", _gather_nd)
+_reg("IndexSelect", _index_select)
+_reg("TensorScatterAdd", _scatter_nd("tensor_scatter_add"))
+_reg("TensorScatterUpdate", _scatter_nd("tensor_scatter_update"))
+_reg("ScatterAddExt", _scatter_add_ext)
+_reg("TensorScatterElements", _tensor_scatter_elements)
+_reg("UnsortedSegmentSum", _unsorted_segment_sum)
+_reg("OneHot OneHotExt", _one_hot)
+
+_reg("MatMul BatchMatMul", _matmul_flags)
+_reg("MatMulExt BatchMatMulExt Mm", _matmul_plain)
+_reg("Dense", _dense)
+_reg("BiasAdd", _bias_add)
+_reg("Conv2D", _conv2d)
+_reg("MaxPool", _max_pool)
+_reg("AvgPool", _avg_pool)
+_reg("AdaptiveAvgPool2D", _adaptive_avg_pool2d)
+_reg("Dropout", _dropout)
+
+_reg("Ones", _ones_zeros(1))
+_reg("Zeros", _ones_zeros(0))
+_reg("OnesLike", _like_legacy(1))
+_reg("ZerosLike", _like_legacy(0))
+_reg("OnesLikeExt", _like_ext(1))
+_reg("ZerosLikeExt", _like_ext(0))
+_reg("FullLike", _full_like)
+_reg("FillScalar", _fill_scalar)
+_reg("FillV2", _fill_v2)
+_reg("FillTensor", _fill_tensor)
+_reg("NewOnes", _new_fill(1))
+_reg("NewZeros", _new_fill(0))
+_reg("NewFull", _new_full)
+_reg("Arange", _arange)
+
+_reg("ReluGrad", _grad2("relu_grad"))  # (dy, x or y): the same mask
+_reg("SigmoidGrad", _grad2("sigmoid_grad"))  # (y, dy)
+_reg("TanhGrad", _grad2("tanh_grad"))  # (y, dy)
+_reg("SiLUGrad", _grad2("silu_grad"))  # (dy, x)
+_reg("GeLUGrad", _gelu_grad)  # (dy, x, y), tanh form like GeLU
+_reg("GatherDGradV2", _gather_d_grad_v2)
+
+_reg("InplaceCopy", _inplace_copy)
+_reg("InplaceFillTensor", _inplace_fill_tensor)
+_reg("InplaceFillScalar", _inplace_fill_scalar)
+_reg("InplaceZero", _inplace_zero)
+_reg("InplaceMaskedFillScalar InplaceMaskedFillTensor", _masked_fill)
+_reg("InplaceStopGradient", _unary("identity"))
+_reg("Assign", _assign)
+_reg("AssignAdd", _assign_arith("add"))
+_reg("AssignSub", _assign_arith("sub"))
+
+# Ops with no tensor semantics (scalars, tuples, types); MindSpore's functional.py names them.
+for _n in (
+    "typeof hastype sequence_len make_range TupleGetItem tuple_getitem list_getitem tuple_setitem "
+    "list_setitem dict_getitem dict_setitem MakeTuple make_list make_dict make_slice tuple_reversed "
+    "tuple_div tuple_equal list_equal tuple_greater_than tuple_greater_equal list_greater_than "
+    "list_greater_equal tuple_lt list_lt tuple_le list_le scalar_ne string_eq string_concat BoolNot "
+    "bool_not bool_or bool_and bool_eq bit_and bit_or is_ is_not in_dict not_in_dict reduced_shape "
+    "shape_mul BroadcastGradientArgs ScalarCast ListAppend ListInsert SequenceSlice InSequence "
+    "SequenceAdd SequenceCount SequenceIndex SequenceMul SequenceMax SequenceMin Shape Rank "
+    "IsShapeUnKnown IsDimUnKnown IsElementUnknown"
+).split():
+    _TABLE[_n] = META
+
+# Dispatched names that write their first tensor input (for legacy-form ops: args[2][0]). Lowered
+# ones give the new value as outputs[0]; the others are opaque calls. In-place matmul-accumulate ops
+# (InplaceMatmulAdd, InplaceGroupedMatmulAdd) write their LAST input and are not listed.
+INPLACE: frozenset = frozenset((
+    "InplaceCopy InplaceZero InplaceFillScalar InplaceFillTensor InplaceMaskedFillScalar "
+    "InplaceMaskedFillTensor InplaceStopGradient InplaceAddExt InplaceAddsExt InplaceSubExt "
+    "InplaceSubScalar InplaceMul InplaceMuls InplaceDiv InplaceDivs InplaceDivMod InplaceDivMods "
+    "InplaceFloorDivide InplaceFloorDivides InplaceRemainderTensorTensor InplaceRemainderTensorScalar "
+    "InplaceReLU InplaceSigmoid InplaceTanh InplaceSiLU InplaceExp InplaceLog InplaceFloor InplaceSign "
+    "InplaceElu InplaceHardtanh InplaceThreshold InplaceErfinv InplaceClampScalar InplaceClampTensor "
+    "InplaceUniform InplaceNormal InplaceRandom InplaceExponential InplaceBernoulliScalar "
+    "InplaceBernoulliTensor InplaceFillDiagonal InplaceIndexAddExt InplaceIndexCopy "
+    "InplaceIndexFillScalar InplaceIndexFillTensor InplaceIndexPut InplacePut InplaceMaskedScatter "
+    "InplaceScatterAdd InplaceScatterSrc InplaceScatterSrcReduce InplaceScatterValue "
+    "InplaceScatterValueReduce InplaceAddmm InplaceAddr "
+    "Assign AssignAdd AssignSub ScatterAdd ScatterSub ScatterUpdate ScatterMul ScatterDiv ScatterMax "
+    "ScatterMin ScatterNdAdd ScatterNdSub ScatterNdUpdate"
+).split())
+
+
+def normalize(name: str, args: tuple, kwargs=None):
+    """Lowering of the dispatched op `name(*args)`, META, or None (see the module docstring).
+    Keyword arguments are never understood: a non-empty `kwargs` gives None (META ops excepted)."""
+    h = _TABLE.get(name)
+    if h is None or h is META:
+        return h
+    if kwargs:
+        return None
+    prim = None
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
+        prim, args = args[0], args[2]  # legacy primitive: (prim, name, inputs)
+    try:
+        return h(args, prim)
+    except _REJECT:
+        return None
+
+
+def mutated_tensor(name: str, args: tuple):
+    """The tensor that the in-place op `name` writes (None if `name` is not in INPLACE): the first
+    input, which for a legacy-form op is `args[2][0]`."""
+    if name not in INPLACE or not args:
+        return None
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
+        args = args[2]
+    first = args[0] if args else None
+    return first if isinstance(first, Tensor) else None
+
+
+def covered_names() -> frozenset:
+    """Dispatched names with a lowering (META names excluded)."""
+    return frozenset(n for n, h in _TABLE.items() if h is not META)

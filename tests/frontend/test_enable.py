@@ -1,0 +1,182 @@
+"""enable/disable/enabled/record behaviour, options, sync points, phases, threads, robustness."""
+
+import threading
+
+import numpy as np
+import pytest
+
+ms = pytest.importorskip("mindspore")
+from mindspore import ops  # noqa: E402
+
+import ms_dynvm  # noqa: E402
+from ms_dynvm.frontend import dispatch  # noqa: E402
+from ms_dynvm.frontend.options import Options  # noqa: E402
+
+ms.runtime.launch_blocking()
+
+
+@pytest.fixture(autouse=True)
+def _off():
+    ms_dynvm.disable()
+    ms_dynvm.reset_stats()
+    yield
+    ms_dynvm.disable()
+
+
+def t(a):
+    return ms.Tensor(np.asarray(a, dtype=np.float32))
+
+
+def test_enable_twice_disable_twice():
+    assert ms_dynvm.disable() is False
+    ms_dynvm.enable()
+    ms_dynvm.enable(debug=1)  # applies options, does not enter a second mode
+    assert ms_dynvm.is_enabled() and dispatch.current_options().debug == 1
+    ops.exp(t([1.0]))
+    assert ms_dynvm.stats()["ops_seen"] == 1  # seen once, not twice
+    assert ms_dynvm.disable() is True
+    assert ms_dynvm.disable() is False
+    ops.exp(t([1.0]))
+    assert ms_dynvm.stats()["ops_seen"] == 1
+
+
+def test_enabled_restores_previous_state():
+    with ms_dynvm.enabled():
+        assert ms_dynvm.is_enabled()
+    assert not ms_dynvm.is_enabled()
+    ms_dynvm.enable(max_block_ops=77)
+    with ms_dynvm.enabled(max_block_ops=5):
+        assert dispatch.current_options().max_block_ops == 5
+    assert ms_dynvm.is_enabled() and dispatch.current_options().max_block_ops == 77
+
+
+def test_options_validation_and_env(monkeypatch):
+    with pytest.raises(TypeError, match="unknown ms_dynvm option"):
+        ms_dynvm.enable(recrod=False)
+    monkeypatch.setenv("DYNVM_MAX_BLOCK_OPS", "12")
+    monkeypatch.setenv("DYNVM_RECORD", "false")
+    o = Options.make()
+    assert o.max_block_ops == 12 and o.record is False
+    assert Options.make(max_block_ops=3).max_block_ops == 3  # keyword beats env
+    monkeypatch.setenv("DYNVM_DEBUG", "lots")
+    with pytest.raises(ValueError, match="DYNVM_DEBUG"):
+        Options.make()
+    monkeypatch.delenv("DYNVM_DEBUG")
+    with pytest.raises(ValueError, match="cell_boundaries"):
+        Options.make(cell_boundaries="some")
+
+
+def test_sync_points_end_blocks_and_setitem_makes_new_value():
+    x = t(np.arange(6).reshape(2, 3))
+    with ms_dynvm.record() as rec:
+        y = ops.exp(x) * 2.0
+        _ = y.asnumpy()
+        z = y + 1.0
+        z[0, 0] = 100.0  # not dispatched: z's value changes behind the hook's back
+        w = z * 3.0
+    ends = [b.end for b in rec.program.blocks]
+    assert ends[0] == "sync" and "sync" in ends[1:]
+    got = ms_dynvm.interpret(rec.program, [a.asnumpy() for a in rec.inputs])
+    np.testing.assert_allclose(got[rec.output_index(w)], w.asnumpy(), rtol=1e-6)
+    assert float(w.asnumpy()[0, 0]) == 300.0
+    st = ms_dynvm.stats()
+    assert st["sync_points"]["asnumpy"] >= 1 and st["sync_points"]["__setitem__"] == 1
+
+
+def test_forward_backward_phases():
+    net = ms.nn.Dense(3, 3, has_bias=False)
+
+    def f(x):
+        return ops.tanh(net(x)).sum()
+
+    g = ms.value_and_grad(f, None, net.trainable_params())
+    with ms_dynvm.record() as rec:
+        g(t(np.ones((2, 3))))
+    phases = [b.phase for b in rec.program.blocks if b.instrs]
+    assert phases[0] == "fwd" and "bwd" in phases
+    assert any(i.kind == "param" and i.name == "weight" for i in rec.program.inputs), \
+        rec.program.as_text()
+    assert ms_dynvm.stats()["ops_by_phase"]["bwd"] > 0
+
+
+def test_cell_boundaries_end_blocks():
+    net = ms.nn.Dense(3, 2)
+    x = t(np.ones((2, 3)))
+    with ms_dynvm.record() as rec:
+        y = ops.exp(x)
+        net(y)
+        ops.exp(y)
+    regions = [(b.region, b.end) for b in rec.program.blocks]
+    assert ("", "cell") in regions and ("Dense", "cell") in regions
+
+
+def test_other_threads_are_not_recorded():
+    ms_dynvm.enable()
+    ops.exp(t([1.0]))
+    done = []
+
+    def worker():
+        done.append(float(ops.exp(t([2.0])).asnumpy()[0]))
+
+    th = threading.Thread(target=worker)
+    th.start()
+    th.join()
+    assert done and abs(done[0] - np.exp(2.0)) < 1e-5
+    st = ms_dynvm.stats()
+    assert st["ops_seen"] == 1 and "asnumpy" not in st["sync_points"]
+
+
+def test_op_errors_propagate_like_eager():
+    a, b = t(np.ones((2, 3))), t(np.ones((4, 5)))
+    with pytest.raises(Exception) as eager:
+        ops.add(a, b)
+    ms_dynvm.enable()
+    with pytest.raises(type(eager.value)):
+        ops.add(a, b)
+    assert ops.add(a, a).asnumpy().sum() == 12  # still works afterwards
+
+
+def test_recorder_failure_never_breaks_the_script(monkeypatch):
+    from ms_dynvm.frontend import recorder
+
+    def boom(name, args):
+        raise RuntimeError("normaliser bug")
+
+    monkeypatch.setattr(recorder, "_normalize", boom)
+    ms_dynvm.enable()
+    y = ops.exp(t([0.0, 1.0]))
+    np.testing.assert_allclose(y.asnumpy(), np.exp([0.0, 1.0]), rtol=1e-6)
+    assert ms_dynvm.stats()["record_errors"] == {"Exp: RuntimeError": 1}
+
+
+def test_record_does_not_nest_and_reports_opaque():
+    with ms_dynvm.record():
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with ms_dynvm.record():
+                pass
+
+
+def test_count_only_mode_records_nothing():
+    ms_dynvm.enable(record=False)
+    ops.exp(t([1.0])) * 2.0
+    st = ms_dynvm.stats()
+    assert st["ops_seen"] == 2 and st["instrs"] == 0 and st["blocks"] == 0
+
+
+def test_max_block_ops_limit():
+    ms_dynvm.enable(max_block_ops=3)
+    x = t([1.0])
+    for _ in range(7):
+        x = ops.exp(x) * 0.5
+    assert ms_dynvm.stats()["block_ends"].get("limit", 0) >= 4
+
+
+def test_dump_dir_and_debug(tmp_path, capsys):
+    ms_dynvm.enable(debug=2, dump_dir=str(tmp_path))
+    y = ops.exp(t([1.0, 2.0])) * 2.0
+    y.asnumpy()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files and files[0].startswith("block_")
+    prog = ms_dynvm.load_program(tmp_path / files[0])
+    assert [i.op for i in prog.instrs()] == ["exp", "mul"]
+    assert "= exp(" in capsys.readouterr().err
