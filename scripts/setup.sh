@@ -18,6 +18,12 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "[setup] installing: ${need[*]}"
     "$PY" -m pip install -q --disable-pip-version-check "${need[@]}" "numpy>=1.26,<2"
 fi
-"$PY" -c "import ms_dynvm" 2>/dev/null && [ "$("$PY" -c 'import ms_dynvm, os; print(os.path.dirname(os.path.dirname(ms_dynvm.__file__)))')" = "$PWD" ] \
-    || "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+# ms_dynvm itself, editable, pointing at this checkout (checked from / so that the checkout's own
+# directory on sys.path does not answer for it).
+here=$PWD
+installed=$(cd / && "$PY" -c 'import ms_dynvm, os; print(os.path.dirname(os.path.dirname(ms_dynvm.__file__)))' 2>/dev/null || true)
+if [ "$installed" != "$here" ]; then
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . 2>&1 \
+        | grep -v "Running pip as the 'root' user" || true
+fi
 echo "[setup] ok: $("$PY" -c 'import mindspore, numpy; print("mindspore", mindspore.__version__, "numpy", numpy.__version__)' 2>/dev/null | tail -1)"

@@ -54,7 +54,7 @@ PHASES = ("fwd", "bwd")
 END_REASONS = ("open", "sync", "phase", "cell", "call", "limit", "error", "end")
 
 
-@dataclass
+@dataclass(slots=True)
 class Instr:
     op: str
     args: tuple  # Reg or immediate (bool/int/float/None)
@@ -66,7 +66,7 @@ class Instr:
         return [a for a in self.args if isinstance(a, Reg)]
 
 
-@dataclass
+@dataclass(slots=True)
 class Input:
     reg: int
     kind: str = "tensor"  # arg | param | tensor (made outside the program) | const
@@ -89,17 +89,19 @@ class Program:
     consts: dict = field(default_factory=dict)  # reg -> np.ndarray
     blocks: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    # Next free register number (registers are allocated densely by every builder).
+    _n: int = field(default=0, compare=False, repr=False)
 
     # --- construction helpers -------------------------------------------------------------------
     def next_reg(self) -> int:
-        # Registers are numbered densely from 0 by every builder, so this is O(1) in practice.
-        r = len(self.types)
+        r = max(self._n, len(self.types))
         while r in self.types:
             r += 1
         return r
 
     def add_input(self, ty: TensorType, kind: str = "tensor", name: str = "") -> Reg:
         r = self.next_reg()
+        self._n = r + 1
         self.types[r] = ty
         self.inputs.append(Input(r, kind, name))
         return Reg(r)
@@ -108,6 +110,7 @@ class Program:
         arr = np.asarray(value)
         dt = dtype or dtypes.from_numpy(arr.dtype)
         r = self.next_reg()
+        self._n = r + 1
         self.types[r] = TensorType(dt, tuple(arr.shape))
         self.consts[r] = np.ascontiguousarray(arr.astype(dtypes.to_numpy(dt), copy=False))
         return Reg(r)
@@ -118,11 +121,15 @@ class Program:
         return b
 
     def emit(self, block: Block, op: str, args, attrs: dict, out_types) -> list[Reg]:
+        """Append an instruction; the Instr owns `attrs` from now on (nobody mutates attrs)."""
         r0 = self.next_reg()
-        outs = tuple(range(r0, r0 + len(out_types)))
+        n = len(out_types)
+        self._n = r0 + n
+        types = self.types
+        outs = tuple(range(r0, r0 + n))
         for r, t in zip(outs, out_types):
-            self.types[r] = t
-        block.instrs.append(Instr(op, tuple(args), dict(attrs), outs))
+            types[r] = t
+        block.instrs.append(Instr(op, tuple(args), attrs, outs))
         return [Reg(r) for r in outs]
 
     # --- queries --------------------------------------------------------------------------------

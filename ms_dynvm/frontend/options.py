@@ -8,7 +8,7 @@ TypeError (a typo should not be silently ignored).
 | blocking | DYNVM_BLOCKING | True | call `mindspore.runtime.launch_blocking()` (synchronous CPU execution, MindSpore's fastest eager mode on CPU; it cannot be turned off again in the process) |
 | record | DYNVM_RECORD | True | record dispatched ops into bytecode blocks (False: count ops only) |
 | cell_boundaries | DYNVM_CELL_BOUNDARIES | "top" | which nn.Cell calls end a basic block: "top" (outermost calls), "all", "none" |
-| max_block_ops | DYNVM_MAX_BLOCK_OPS | 10000 | a block that grows past this many instructions is closed (reason "limit") |
+| max_block_ops | DYNVM_MAX_BLOCK_OPS | 4096 | a block that grows past this many instructions is closed (reason "limit") |
 | debug | DYNVM_DEBUG | 0 | 1: verify recorded programs; 2: print each closed block's bytecode; 3: also its IR |
 | dump_dir | DYNVM_DUMP_DIR | "" | write each closed block's bytecode there (block_<n>.dvm) |
 """
@@ -32,7 +32,7 @@ class Options:
     blocking: bool = True
     record: bool = True
     cell_boundaries: str = "top"
-    max_block_ops: int = 10000
+    max_block_ops: int = 4096
     debug: int = 0
     dump_dir: str = ""
 

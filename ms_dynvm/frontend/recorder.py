@@ -15,9 +15,9 @@ new register, so later uses read the new value.
 
 Views: MindSpore CPU hands a non-view op a fresh contiguous copy of a view argument (made before the
 handler runs, with no tag). The recorder keeps the last few view results of the block and links such an
-untagged argument to a view result of the same dtype and shape whose bytes are equal (a memcmp of at
-most `_VIEW_LINK_MAX_BYTES`); equal bytes mean the register holds exactly the argument's value, so the
-link is exact, never a guess. An argument that matches none becomes an input, which is always correct.
+untagged argument to a view result of the same dtype and shape whose elements are bit-identical (read
+in place through the view's strides, spans of at most `_VIEW_LINK_MAX_BYTES`); equal bits mean the
+register holds exactly the argument's value, so the link is exact, never a guess. An argument that matches none becomes an input, which is always correct.
 
 Two modes:
 - plain (`enable()`): each basic block is recorded into its own small Program, dropped when the block
@@ -34,11 +34,13 @@ import os
 import sys
 from collections import deque
 
+import numpy as np
 from mindspore import Parameter, Tensor
 
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
-from ms_dynvm.bytecode.program import Program
+from ms_dynvm.bytecode.program import Instr, Program
+from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import TensorType
 from ms_dynvm.frontend import normalize as _norm
 from ms_dynvm.metrics import METRICS
@@ -63,9 +65,8 @@ def tag_parameters(cell) -> None:
     cell.__dict__["_ms_dynvm_tagged"] = True
 _VIEW_LINK_MAX_BYTES = 1 << 22
 _VIEW_CANDIDATES = 8
-_memcmp = ctypes.CDLL(None).memcmp
-_memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-_memcmp.restype = ctypes.c_int
+# Results of these ops may be views of their input in MindSpore (split/unstack give views too).
+_VIEW_LIKE = _VIEW | {"split", "unstack"}
 _epochs = iter(range(1, 1 << 62))
 
 # id(MindSpore dtype object) -> VM dtype name. MindSpore dtype objects are singletons and hashing them
@@ -81,10 +82,49 @@ def _vm_dtype(ms_dtype) -> str:
     return name
 
 
-def tensor_type(t) -> TensorType:
-    """TensorType of a MindSpore tensor (dtype, shape, layout class)."""
-    layout = "contiguous" if t.is_contiguous() else "strided"
-    return TensorType(_vm_dtype(t.dtype), tuple(t.shape), layout)
+# (id(MindSpore dtype), shape, contiguous) -> TensorType: types repeat, and building a frozen,
+# validated TensorType costs more than the lookup.
+_TYPES: dict = {}
+
+
+def tensor_type(t, contiguous: bool | None = None) -> TensorType:
+    """TensorType of a MindSpore tensor (dtype, shape, layout class). Pass `contiguous=True` for the
+    result of a non-view kernel (MindSpore kernels write contiguous results) to skip the query."""
+    dt = t.dtype
+    shape = t.shape
+    if contiguous is None:
+        contiguous = t.is_contiguous()
+    key = (id(dt), shape, contiguous)
+    ty = _TYPES.get(key)
+    if ty is None:
+        ty = TensorType(_vm_dtype(dt), tuple(shape), "contiguous" if contiguous else "strided")
+        if len(_TYPES) > 65536:
+            _TYPES.clear()
+        _TYPES[key] = ty
+    return ty
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _element_bytes(t, shape):
+    """The elements of host tensor `t` (any strides) as unsigned integers of the same width, read in
+    place through its data pointer, so that equal arrays mean bit-identical values (NaNs included).
+    None when `t` is too large to compare cheaply or of an unusual element width."""
+    itemsize = t._itemsize
+    uint = _UINT.get(itemsize)
+    if uint is None:
+        return None
+    if 0 in shape:
+        return np.empty(shape, uint)
+    strides = t.stride()
+    span = sum((d - 1) * s for d, s in zip(shape, strides)) + 1
+    if span * itemsize > _VIEW_LINK_MAX_BYTES or min(strides, default=0) < 0:
+        return None
+    buf = (ctypes.c_char * (span * itemsize)).from_address(t._data_ptr())
+    base = np.frombuffer(buf, dtype=uint)
+    return np.lib.stride_tricks.as_strided(base, shape=shape,
+                                           strides=[s * itemsize for s in strides])
 
 
 def _flat_tensors(obj, out: list) -> list:
@@ -125,6 +165,16 @@ class Recording:
 
 
 class Recorder:
+    @property
+    def opts(self):
+        return self._opts
+
+    @opts.setter
+    def opts(self, opts) -> None:
+        self._opts = opts
+        self._max_block_ops = opts.max_block_ops
+        self._record = opts.record
+
     def __init__(self, opts) -> None:
         self.opts = opts
         self.phase = "fwd"
@@ -231,21 +281,17 @@ class Recorder:
         return r
 
     def _link_view(self, t, ty):
-        """Register of a recent view result holding exactly `t`'s bytes, or None (see module doc)."""
-        nbytes = None
+        """Register of a recent view result holding exactly `t`'s values, or None (see module doc)."""
+        arg_bytes = None
         for view, reg, dtype, shape in reversed(self._views):
             if dtype != ty.dtype or shape != ty.shape:
                 continue
-            if nbytes is None:
-                if ty.layout != "contiguous":
+            if arg_bytes is None:
+                arg_bytes = _element_bytes(t, ty.shape)
+                if arg_bytes is None:
                     return None
-                nbytes = t._nbytes() if callable(t._nbytes) else t._nbytes
-                if nbytes > _VIEW_LINK_MAX_BYTES:
-                    return None
-                ptr = t._data_ptr()
-            if not view.is_contiguous():
-                continue
-            if nbytes == 0 or _memcmp(ptr, view._data_ptr(), nbytes) == 0:
+            view_bytes = _element_bytes(view, shape)
+            if view_bytes is not None and np.array_equal(arg_bytes, view_bytes):
                 t._set_user_data(_KEY, (self.epoch, reg))
                 return reg
         return None
@@ -265,12 +311,16 @@ class Recorder:
         if low is _META:
             m.ops_meta[name] += 1
             return
-        if not self.opts.record:
+        if not self._record:
             if low is None:
                 m.ops_opaque[name] += 1
             return
         if low is None:
             self._record_call(name, args, out)
+            return
+        instrs = low.instrs
+        if len(instrs) == 1 and len(low.outputs) == 1 and type(out) is Tensor:
+            self._record_one(instrs[0], out, name, args)
             return
         outs = out if isinstance(out, (tuple, list)) else (out,)
         final = {}
@@ -306,7 +356,7 @@ class Recorder:
             if isinstance(t, Tensor):
                 reg = results[tmp.index][tmp.out]
                 self._bind(t, reg)
-                if low.instrs[tmp.index][0] in _VIEW:
+                if low.instrs[tmp.index][0] in _VIEW_LIKE:
                     ty = prog.types[int(reg)]
                     self._views.append((t, reg, ty.dtype, ty.shape))
         if name in _INPLACE and low.outputs:
@@ -316,7 +366,37 @@ class Recorder:
                 self._bind(target, results[first.index][first.out])
         m.ops_recorded += 1
         m.instrs += len(low.instrs)
-        if len(block.instrs) >= self.opts.max_block_ops:
+        if len(block.instrs) >= self._max_block_ops:
+            self.close_block("limit")
+
+    def _record_one(self, instr, out, name, args) -> None:
+        """The common case: one VM instruction with one result, which is `out`."""
+        op, operands, attrs = instr
+        regs = [self._reg_of(a) if isinstance(a, Tensor) else a for a in operands]
+        block = self.block
+        if block is None:
+            block = self._open_block()
+        prog = self.program
+        r = prog._n
+        is_view = op in _VIEW
+        ty = tensor_type(out, None if is_view else True)
+        prog.types[r] = ty
+        prog._n = r + 1
+        block.instrs.append(Instr(op, tuple(regs), attrs, (r,)))
+        reg = Reg(r)
+        out._set_user_data(_KEY, (self.epoch, reg))
+        if self.recording is not None:
+            self._results.append(out)
+        if is_view:
+            self._views.append((out, reg, ty.dtype, ty.shape))
+        if name in _INPLACE:
+            target = _mutated(name, args)
+            if target is not None:
+                self._bind(target, reg)
+        m = METRICS
+        m.ops_recorded += 1
+        m.instrs += 1
+        if len(block.instrs) >= self._max_block_ops:
             self.close_block("limit")
 
     def _infer(self, op, regs, attrs):
