@@ -203,7 +203,6 @@ class Recorder:
             return
         self.block = None
         b.end = reason
-        self._views.clear()
         if b.instrs:
             METRICS.blocks += 1
             METRICS.block_ends[reason] += 1
