@@ -27,6 +27,16 @@ class Metrics:
         self.sync_points: Counter = Counter()  # hooked Tensor method -> count
         self.record_errors: Counter = Counter()  # recorder failures (the op itself still ran)
         self.recordings = 0
+        # tier 1 (fused execution inside dispatch)
+        self.groups_compiled = 0
+        self.compiles = 0
+        self.compile_seconds = 0.0
+        self.cache_hits = 0  # a compiled run served (kernel found for the call's signature)
+        self.cache_misses = 0  # a kernel had to be compiled
+        self.disk_cache_hits = 0
+        self.guard_failures: Counter = Counter()  # reason -> count
+        self.fallbacks: Counter = Counter()  # "where: reason" -> count
+        self.fused_ops = 0  # ops whose result came from a fused kernel
 
     def snapshot(self) -> dict:
         seen = self.ops_seen
@@ -46,6 +56,18 @@ class Metrics:
             "sync_points": dict(self.sync_points),
             "record_errors": dict(self.record_errors),
             "recordings": self.recordings,
+            "groups_compiled": self.groups_compiled,
+            "compiles": self.compiles,
+            "compile_seconds": self.compile_seconds,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "cache_hit_rate": (self.cache_hits / (self.cache_hits + self.cache_misses)
+                               if self.cache_hits + self.cache_misses else 0.0),
+            "disk_cache_hits": self.disk_cache_hits,
+            "guard_failures": dict(self.guard_failures),
+            "fallbacks": dict(self.fallbacks),
+            "fused_ops": self.fused_ops,
+            "fusion_rate": self.fused_ops / seen if seen else 0.0,
         }
 
 

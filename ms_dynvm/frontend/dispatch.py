@@ -22,24 +22,63 @@ import threading
 
 import mindspore as ms
 
+from time import perf_counter as _perf
+
 from ms_dynvm.frontend.options import Options
 from ms_dynvm.frontend.recorder import Recorder, Recording
 from ms_dynvm.frontend.sync import Hooks
+from ms_dynvm.frontend.tier1 import _MISS, Tier1
+from ms_dynvm.metrics import METRICS
 
 
 class DynVMMode(ms.MsDispatchMode):
-    """Runs each op eagerly, then hands (name, args, result) to the recorder."""
+    """Serves the op from a fused kernel (tier 1) when it can; otherwise runs it eagerly and hands
+    (name, args, result) to the recorder and to tier 1's run tracking."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, tier1: Tier1 | None) -> None:
         self.recorder = recorder
+        self.tier1 = tier1
 
     def __ms_dispatch__(self, func, args, kwargs=None):
-        out = func(*args, **kwargs) if kwargs else func(*args)
+        name = func.name
+        t1 = self.tier1
+        if t1 is None or kwargs:
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            try:
+                self.recorder.on_op(name, args, out)
+            except Exception as e:  # noqa: BLE001 - the user's op already ran; never break the script
+                self.recorder.on_error(name, e)
+            return out
         try:
-            self.recorder.on_op(func.name, args, out)
-        except Exception as e:  # noqa: BLE001 - the user's op already ran; never break the script
-            self.recorder.on_error(func.name, e)
+            if t1.pending is not None:
+                res = t1.serve(name, args)
+                if res is not _MISS:
+                    _count_served(name)
+                    return res
+            if name in t1.starts:
+                res = t1.try_start(name, args)
+                if res is not _MISS:
+                    _count_served(name)
+                    return res
+        except Exception as e:  # noqa: BLE001 - fall back to eager, never break the script
+            t1.pending = None
+            METRICS.fallbacks[f"tier1: error ({type(e).__name__})"] += 1
+        t0 = _perf()
+        out = func(*args)
+        dt = _perf() - t0
+        try:
+            self.recorder.on_op(name, args, out)
+            t1.after_op(name, args, out, dt)
+        except Exception as e:  # noqa: BLE001
+            self.recorder.on_error(name, e)
+            t1.run = None
         return out
+
+
+def _count_served(name: str) -> None:
+    m = METRICS
+    m.ops_seen += 1
+    m.ops_by_name[name] += 1
 
 
 class _State:
@@ -75,9 +114,10 @@ def enable(**options) -> None:
         if opts.blocking:
             ms.runtime.launch_blocking()
         rec = Recorder(opts)
+        tier1 = _make_tier1(rec, opts)
         hooks = Hooks(rec, opts.cell_boundaries)
         hooks.install()
-        mode = DynVMMode(rec)
+        mode = DynVMMode(rec, tier1)
         mode.__enter__()
         _S.mode, _S.recorder, _S.hooks, _S.options = mode, rec, hooks, opts
         _S.thread = threading.get_ident()
@@ -86,10 +126,22 @@ def enable(**options) -> None:
             _S.atexit_registered = True
 
 
+def _make_tier1(rec: Recorder, opts: Options) -> Tier1 | None:
+    if not (opts.jit and opts.record):
+        rec.on_close = None
+        return None
+    t1 = Tier1(rec, opts)
+    rec.on_close = lambda reason: t1.end_run()
+    return t1
+
+
 def _apply(opts: Options) -> None:
     if opts.blocking and not _S.options.blocking:
         ms.runtime.launch_blocking()
     _S.recorder.opts = opts
+    tier1_opts = ("jit", "record", "strict_ieee", "fast_math", "compile_threshold", "compile_policy")
+    if any(getattr(opts, k) != getattr(_S.options, k) for k in tier1_opts):
+        _S.mode.tier1 = _make_tier1(_S.recorder, opts)
     if opts.cell_boundaries != _S.options.cell_boundaries:
         _S.hooks.uninstall()
         _S.hooks = Hooks(_S.recorder, opts.cell_boundaries)

@@ -9,6 +9,11 @@ TypeError (a typo should not be silently ignored).
 | record | DYNVM_RECORD | True | record dispatched ops into bytecode blocks (False: count ops only) |
 | cell_boundaries | DYNVM_CELL_BOUNDARIES | "top" | which nn.Cell calls end a basic block: "top" (outermost calls), "all", "none" |
 | max_block_ops | DYNVM_MAX_BLOCK_OPS | 4096 | a block that grows past this many instructions is closed (reason "limit") |
+| jit | DYNVM_JIT | True | tier 1: fuse hot runs of consecutive fusible ops into compiled C kernels (needs record) |
+| compile_threshold | DYNVM_COMPILE_THRESHOLD | 2 | calls of a run before the cost model may promote it (1: compile at first sight, for tests) |
+| compile_policy | DYNVM_COMPILE_POLICY | cost | "cost": compile when the cost model says it pays; "threshold": as soon as the threshold is passed (tests, demos) |
+| strict_ieee | DYNVM_STRICT_IEEE | False | kernels use scalar libm, no contraction, fixed reduction order: bitwise run-to-run reproducible |
+| fast_math | DYNVM_FAST_MATH | False | kernels may use looser approximations |
 | debug | DYNVM_DEBUG | 0 | 1: verify recorded programs; 2: print each closed block's bytecode; 3: also its IR |
 | dump_dir | DYNVM_DUMP_DIR | "" | write each closed block's bytecode there (block_<n>.dvm) |
 """
@@ -33,6 +38,11 @@ class Options:
     record: bool = True
     cell_boundaries: str = "top"
     max_block_ops: int = 4096
+    jit: bool = True
+    compile_threshold: int = 2
+    compile_policy: str = "cost"
+    strict_ieee: bool = False
+    fast_math: bool = False
     debug: int = 0
     dump_dir: str = ""
 
@@ -57,6 +67,10 @@ class Options:
         opts = Options(**values)
         if opts.cell_boundaries not in ("top", "all", "none"):
             raise ValueError(f"cell_boundaries must be 'top', 'all' or 'none', not {opts.cell_boundaries!r}")
+        if opts.compile_policy not in ("cost", "threshold"):
+            raise ValueError(f"compile_policy must be 'cost' or 'threshold', not {opts.compile_policy!r}")
+        if opts.compile_threshold < 1:
+            raise ValueError("compile_threshold must be >= 1")
         if opts.max_block_ops < 1:
             raise ValueError("max_block_ops must be >= 1")
         return opts

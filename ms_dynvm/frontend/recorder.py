@@ -177,6 +177,8 @@ class Recorder:
 
     def __init__(self, opts) -> None:
         self.opts = opts
+        self.last_op = None
+        self.on_close = None  # callback(reason) before a block closes (tier 1 ends its run there)
         self.phase = "fwd"
         self.region = ""
         self.recording: Recording | None = None
@@ -198,6 +200,8 @@ class Recorder:
         return b
 
     def close_block(self, reason: str) -> None:
+        if self.on_close is not None:
+            self.on_close(reason)
         b = self.block
         if b is None:
             return
@@ -301,7 +305,10 @@ class Recorder:
             self._results.append(t)
 
     def on_op(self, name: str, args: tuple, out) -> None:
-        """Called after the op ran eagerly with `out` as its result."""
+        """Called after the op ran eagerly with `out` as its result. Afterwards `last_op` is
+        (block, first instruction index, end index, result registers) of what was recorded for it, or
+        None when nothing was (meta op, opaque call, count-only mode)."""
+        self.last_op = None
         m = METRICS
         m.ops_seen += 1
         m.ops_by_name[name] += 1
@@ -327,6 +334,7 @@ class Recorder:
             final[(tmp.index, tmp.out)] = outs[k]
         block = self._open_block()
         prog = self.program
+        start = len(block.instrs)
         results = []
         for i, (op, operands, attrs) in enumerate(low.instrs):
             regs = []
@@ -358,6 +366,8 @@ class Recorder:
                 if low.instrs[tmp.index][0] in _VIEW_LIKE:
                     ty = prog.types[int(reg)]
                     self._views.append((t, reg, ty.dtype, ty.shape))
+        self.last_op = (block, start, len(block.instrs),
+                        tuple(int(results[t.index][t.out]) for t in low.outputs))
         if name in _INPLACE and low.outputs:
             target = _mutated(name, args)
             if target is not None:
@@ -377,6 +387,7 @@ class Recorder:
             block = self._open_block()
         prog = self.program
         r = prog._n
+        start = len(block.instrs)
         is_view = op in _VIEW
         ty = tensor_type(out, None if is_view else True)
         prog.types[r] = ty
@@ -388,6 +399,7 @@ class Recorder:
             self._results.append(out)
         if is_view:
             self._views.append((out, reg, ty.dtype, ty.shape))
+        self.last_op = (block, start, start + 1, (r,))
         if name in _INPLACE:
             target = _mutated(name, args)
             if target is not None:

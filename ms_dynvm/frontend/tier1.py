@@ -1,0 +1,488 @@
+"""Tier 1: op-stream fusion inside dispatch (ARCHITECTURE.md, "Two execution tiers").
+
+A *run* is a maximal sequence of consecutive dispatched ops, in one basic block, whose VM lowerings are
+all fusible (elementwise, views folded into indexing, reductions, softmax/layer norm). While ops run
+eagerly, the recorder's instructions for the current run are collected together with, for every tensor
+argument, where it came from:
+
+- ("out", j, k): result k of step j of the run;
+- ("ext", e): external input e, bound at the run's first op from its provenance: an argument of the
+  first op (("arg", p)), or an argument/result of one of the last `HISTORY` dispatched ops
+  (("hist", d, kind, i)), checked at bind time against the op key recorded at that position;
+- or, for a 0-d tensor that cannot be bound that way (MindSpore turns the Python scalar of `x - 1.0`
+  into a fresh 0-d tensor at every call), ("const", bytes, dtype): its value, read when the run was
+  recorded, is what the kernel uses, and when the op arrives the actual 0-d argument must hold exactly
+  those bytes (a guard) or the run is abandoned.
+
+A step whose external input cannot be bound at the first op (it was made between the run's ops by code
+that is not dispatched, or long before) splits the run there. When a run ends, its key (steps, sources,
+provenances) is counted; the cost model (`ms_dynvm.cost.model`) decides when it is hot and pays to
+compile. The run's instructions become one IR Function (params: external inputs; outputs: every op
+result, since every result goes back to Python) generalised over a shape family
+(`ms_dynvm.runtime.signature`) and compiled by `ms_dynvm.codegen`.
+
+Serving: at the first op of a compiled run the handler binds the external inputs, checks the
+signature's guards, runs ONE kernel that writes every op result into NumPy buffers wrapped zero-copy as
+MindSpore tensors, and returns the first op's result without running the op. As the following ops
+arrive, each is checked against the recorded step (name, non-tensor arguments, identity of every tensor
+argument: each must be a result this run served or a bound external input) and gets its precomputed
+result. On any mismatch the run is abandoned and the op (and everything after it) runs eagerly, so
+every tensor handed to Python is fully computed. MindSpore's autograd records the original ops with
+the returned results, so gradients stay right; backward ops are fused by the same machinery.
+
+Served ops are counted (`fused_ops`) but not re-recorded; later ops see their results as fresh inputs.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+from mindspore import Tensor
+from mindspore._c_expression import TensorPy
+
+_asnumpy = TensorPy.asnumpy  # the unhooked method: reading a 0-d constant is not a user sync point
+
+from ms_dynvm import dtypes
+from ms_dynvm.bytecode import opcodes
+from ms_dynvm.bytecode.program import Instr
+from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.bytecode.types import Sym, TensorType
+from ms_dynvm.cost.model import CostModel, GroupStats
+from ms_dynvm.ir.function import Function
+from ms_dynvm.metrics import METRICS
+from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, check
+
+HISTORY = 16
+_T1KEY = "ms_dynvm.t1"
+_RKEY = "ms_dynvm"  # the recorder's tag: (epoch, Reg)
+_MISS = object()
+
+FUSIBLE = (
+    opcodes.ELEMENTWISE
+    | opcodes.VIEW
+    | frozenset({"sum", "mean", "max", "min", "prod", "softmax", "log_softmax", "layer_norm",
+                 "contiguous", "full_like"})
+) - frozenset({"dropout"})
+
+
+def _freeze(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, Tensor):
+        return "<T>"
+    if hasattr(v, "name") and hasattr(v, "attrs"):  # a legacy primitive: its args carry the attrs
+        return "<prim>"
+    return v
+
+
+def _tensors(args) -> list:
+    """Tensor arguments in order (legacy `(prim, name, inputs)` forms included)."""
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
+        args = args[2]
+    return [a for a in args if isinstance(a, Tensor)]
+
+
+def step_key(name: str, args) -> tuple:
+    return (name, _freeze(args))
+
+
+@dataclass
+class Step:
+    key: tuple
+    srcs: tuple  # per tensor argument: ("out", j, k) | ("ext", e)
+    n_out: int
+
+
+@dataclass
+class RunTemplate:
+    key: tuple
+    steps: list
+    ext: list  # provenance per external input
+    function: Function  # concrete types (as first recorded)
+    family: ShapeFamily = field(default_factory=ShapeFamily)
+    stats: GroupStats = field(default_factory=GroupStats)
+    kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function)
+
+
+class _OpenRun:
+    """The run being recorded (eager)."""
+
+    def __init__(self, block, start: int, hist_snapshot: list):
+        self.block = block
+        self.start = start
+        self.end = start
+        self.steps: list[Step] = []
+        self.ext: list = []
+        self.ext_tags: list = []
+        self.ext_regs: list = []
+        self.out_tags: dict = {}  # recorder tag -> (j, k)
+        self.result_regs: list = []
+        self.hist = hist_snapshot  # history before the run: list of (key, arg tags, out tags), newest first
+        self.first_arg_tags: list = []
+        self.seconds = 0.0
+
+
+class _Pending:
+    """A compiled run being served."""
+
+    __slots__ = ("template", "serial", "outs", "step", "ext_tags")
+
+    def __init__(self, template, serial, outs, ext_tags):
+        self.template = template
+        self.serial = serial
+        self.outs = outs  # per step: tuple of Tensors
+        self.step = 1
+        self.ext_tags = ext_tags
+
+
+class Tier1:
+    def __init__(self, recorder, opts) -> None:
+        self.recorder = recorder
+        self.opts = opts
+        self.cost = CostModel(threshold=opts.compile_threshold)
+        self.templates: dict = {}  # key -> RunTemplate
+        self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
+        self.hist: deque = deque(maxlen=HISTORY)  # (key, arg tensors, out tensors), newest last
+        self.run: _OpenRun | None = None
+        self.pending: _Pending | None = None
+        self._serial = 0
+        self._warned = False
+
+    # --- serving ----------------------------------------------------------------------------------
+    def serve(self, name: str, args):
+        """Next op of the run being served: its precomputed result, or _MISS (run abandoned)."""
+        p = self.pending
+        t = p.template
+        step = t.steps[p.step]
+        if step_key(name, args) != step.key:
+            return self._abandon("op_mismatch")
+        tensors = _tensors(args)
+        if len(tensors) != len(step.srcs):
+            return self._abandon("arity_mismatch")
+        for a, src in zip(tensors, step.srcs):
+            if src[0] == "out":
+                if a._get_user_data(_T1KEY) != (p.serial, src[1], src[2]):
+                    return self._abandon("input_mismatch")
+                continue
+            want = p.ext_tags[src[1]]
+            if want is None:  # a constant: the argument must hold the recorded bytes
+                prov = t.ext[src[1]]
+                if a.shape != () or _vm_dtype(a) != prov[2] or _asnumpy(a).tobytes() != prov[1]:
+                    return self._abandon("constant_mismatch")
+            elif a._get_user_data(_T1KEY) != want:
+                return self._abandon("input_mismatch")
+        outs = p.outs[p.step]
+        p.step += 1
+        if p.step == len(t.steps):
+            self.pending = None
+            t.stats.served += 1
+        METRICS.fused_ops += 1
+        self._push_hist(step.key, tensors, outs)
+        return outs[0] if step.n_out == 1 else outs
+
+    def _abandon(self, reason: str):
+        METRICS.fallbacks[f"tier1: {reason}"] += 1
+        self.pending = None
+        return _MISS
+
+    def try_start(self, name: str, args):
+        """If a compiled run starts with this op and its inputs bind and its guards hold, run the
+        kernel and return the first op's result; else _MISS."""
+        cands = self.starts.get(name)
+        if not cands:
+            return _MISS
+        key = step_key(name, args)
+        tensors = None
+        for t in cands:
+            if t.steps[0].key != key:
+                continue
+            if tensors is None:
+                tensors = _tensors(args)
+            bound = self._bind(t, tensors)
+            if bound is None:
+                METRICS.guard_failures["unbindable_input"] += 1
+                continue
+            descs = [_desc(x) for x in bound]
+            sig = t.family.signature(descs)
+            entry = t.kernels.get(sig)
+            if entry is None:
+                METRICS.guard_failures["no_kernel_for_signature"] += 1
+                continue
+            kernel, fn = entry
+            env = check(sig.guards(), descs)
+            if isinstance(env, GuardFailure):
+                METRICS.guard_failures[env.reason] += 1
+                continue
+            METRICS.cache_hits += 1
+            return self._launch(t, kernel, fn, bound, env, tensors)
+        return _MISS
+
+    def _bind(self, t: RunTemplate, first_args: list):
+        out = []
+        hist = self.hist
+        for prov in t.ext:
+            if prov[0] == "const":
+                out.append(np.frombuffer(prov[1], dtype=dtypes.to_numpy(prov[2])).reshape(()))
+            elif prov[0] == "arg":
+                if prov[1] >= len(first_args):
+                    return None
+                out.append(first_args[prov[1]])
+            else:
+                _, d, kind, i, okey = prov
+                if d > len(hist):
+                    return None
+                hkey, hargs, houts = hist[-d]
+                if hkey != okey:
+                    return None
+                seq = hargs if kind == "arg" else houts
+                if i >= len(seq):
+                    return None
+                out.append(seq[i])
+        return out
+
+    def _launch(self, t: RunTemplate, kernel, fn: Function, bound: list, env: dict, first_args: list):
+        self._serial += 1
+        serial = self._serial
+        out_arrays = []
+        for r in fn.outputs:
+            ty = fn.types[r]
+            shape = tuple(env_dim(d, env) for d in ty.shape)
+            out_arrays.append(np.empty(shape, dtype=dtypes.to_numpy(ty.dtype)))
+        in_ptrs, in_shapes, in_strides = [], [], []
+        for x in bound:
+            if isinstance(x, np.ndarray):
+                in_ptrs.append(x.ctypes.data)
+                in_shapes.append(x.shape)
+                in_strides.append(tuple(s // x.itemsize for s in x.strides))
+            else:
+                in_ptrs.append(x._data_ptr())
+                in_shapes.append(tuple(x.shape))
+                in_strides.append(tuple(x.stride()))
+        kernel.run_raw(in_ptrs, in_shapes, in_strides,
+                       [a.ctypes.data for a in out_arrays], [a.shape for a in out_arrays])
+        ext_tags = []
+        for e, x in enumerate(bound):
+            if isinstance(x, np.ndarray):
+                ext_tags.append(None)
+                continue
+            tag = (serial, "ext", e)
+            x._set_user_data(_T1KEY, tag)
+            ext_tags.append(tag)
+        outs, it = [], iter(out_arrays)
+        for j, step in enumerate(t.steps):
+            res = []
+            for k in range(step.n_out):
+                ten = Tensor.from_numpy(next(it))
+                ten._set_user_data(_T1KEY, (serial, j, k))
+                res.append(ten)
+            outs.append(tuple(res))
+        self.pending = _Pending(t, serial, outs, ext_tags) if len(t.steps) > 1 else None
+        METRICS.fused_ops += 1
+        self._push_hist(t.steps[0].key, first_args, outs[0])
+        return outs[0][0] if t.steps[0].n_out == 1 else outs[0]
+
+    # --- recording ---------------------------------------------------------------------------------
+    def _push_hist(self, key, arg_tensors, out_tensors) -> None:
+        self.hist.append((key, list(arg_tensors), list(out_tensors)))
+
+    def after_op(self, name: str, args, out, seconds: float) -> None:
+        """An op ran eagerly and the recorder has recorded it (`recorder.last_op`)."""
+        tensors = _tensors(args)
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
+        key = step_key(name, args)
+        last = self.recorder.last_op
+        fusible = last is not None and all(i.op in FUSIBLE for i in last[0].instrs[last[1]:last[2]])
+        if not fusible:
+            self.end_run()
+        else:
+            self._extend_run(key, tensors, outs, last, seconds)
+        self._push_hist(key, tensors, outs)
+
+    def _extend_run(self, key, tensors, outs, last, seconds) -> None:
+        block, start, end, out_regs = last
+        run = self.run
+        if run is not None and (run.block is not block or run.end != start):
+            self.end_run()
+            run = None
+        if run is None:
+            run = self.run = _OpenRun(block, start, self._hist_tags())
+        arg_tags = [a._get_user_data(_RKEY) for a in tensors]
+        srcs = []
+        for tensor, tag in zip(tensors, arg_tags):
+            if tag in run.out_tags:
+                j, k = run.out_tags[tag]
+                srcs.append(("out", j, k))
+                continue
+            if tag in run.ext_tags:
+                srcs.append(("ext", run.ext_tags.index(tag)))
+                continue
+            prov = self._provenance(run, tag, arg_tags if not run.steps else None)
+            if prov is None and tensor.shape == () and tag is not None:
+                prov = ("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
+            if prov is None:
+                # Not bindable at the first op: split the run here and start again at this op.
+                self.end_run()
+                self._extend_run(key, tensors, outs, last, seconds)
+                return
+            run.ext.append(prov)
+            run.ext_tags.append(tag)
+            run.ext_regs.append(tag[1] if tag is not None else None)
+            srcs.append(("ext", len(run.ext) - 1))
+        j = len(run.steps)
+        for k, o in enumerate(outs):
+            run.out_tags[o._get_user_data(_RKEY)] = (j, k)
+        run.steps.append(Step(key, tuple(srcs), len(outs)))
+        run.result_regs.extend(out_regs)
+        run.end = end
+        run.seconds += seconds
+        if not run.first_arg_tags and j == 0:
+            run.first_arg_tags = arg_tags
+
+    def _hist_tags(self) -> list:
+        """History as tags, newest first: [(key, arg tags, out tags)]."""
+        return [(k, [a._get_user_data(_RKEY) for a in ar], [o._get_user_data(_RKEY) for o in ou])
+                for k, ar, ou in reversed(self.hist)]
+
+    def _provenance(self, run: _OpenRun, tag, first_args):
+        if tag is None:
+            return None
+        if first_args is not None:  # this is the first op: its own arguments
+            return ("arg", first_args.index(tag))
+        if tag in run.first_arg_tags:
+            return ("arg", run.first_arg_tags.index(tag))
+        for d, (k, arg_tags, out_tags) in enumerate(run.hist, 1):
+            if tag in out_tags:
+                return ("hist", d, "out", out_tags.index(tag), k)
+            if tag in arg_tags:
+                return ("hist", d, "arg", arg_tags.index(tag), k)
+        return None
+
+    def end_run(self) -> None:
+        run, self.run = self.run, None
+        if run is None or len(run.steps) < 2:
+            return
+        key = (tuple(s.key for s in run.steps), tuple(s.srcs for s in run.steps), tuple(run.ext))
+        t = self.templates.get(key)
+        if t is None:
+            fn = self._function(run)
+            if fn is None:
+                return
+            t = self.templates[key] = RunTemplate(key, run.steps, run.ext, fn)
+        st = t.stats
+        st.calls += 1
+        st.eager_calls += 1
+        st.eager_seconds += run.seconds
+        types = run.block and self.recorder.program.types
+        descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
+        sig = t.family.observe(descs)
+        if sig in t.kernels or st.failed:
+            return
+        if self.opts.compile_policy == "threshold":
+            if st.calls >= self.opts.compile_threshold:
+                self._compile(t, sig)
+        elif self.cost.should_compile(st, len(t.steps)):
+            self._compile(t, sig)
+
+    def _function(self, run: _OpenRun):
+        if any(r is None for r in run.ext_regs):
+            return None
+        types = self.recorder.program.types
+        body = run.block.instrs[run.start:run.end]
+        regs = set(run.ext_regs)
+        for ins in body:
+            regs.update(int(a) for a in ins.args if isinstance(a, Reg))
+            regs.update(ins.outs)
+        fn = Function("t1", [int(r) for r in run.ext_regs],
+                      [Instr(i.op, i.args, i.attrs, i.outs) for i in body],
+                      [int(r) for r in run.result_regs], {r: types[r] for r in regs})
+        return fn
+
+    def _compile(self, t: RunTemplate, sig) -> None:
+        from ms_dynvm import codegen
+
+        fn = generalize(t.function, sig)
+        if fn is None:
+            METRICS.fallbacks["tier1: not generalisable"] += 1
+            fn_static = t.function
+            fn = fn_static
+        ok, why = codegen.supports(fn)
+        if not ok:
+            t.stats.failed = True
+            METRICS.fallbacks[f"tier1: unsupported ({why})"] += 1
+            return
+        t0 = time.perf_counter()
+        try:
+            kernel = codegen.compile_group(fn, strict_ieee=self.opts.strict_ieee,
+                                           fast_math=self.opts.fast_math)
+        except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
+            t.stats.failed = True
+            METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
+            if not self._warned:
+                warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
+                              RuntimeWarning, stacklevel=2)
+                self._warned = True
+            return
+        dt = time.perf_counter() - t0
+        self.cost.record_compile(dt)
+        METRICS.compiles += 1
+        METRICS.compile_seconds += dt
+        METRICS.cache_misses += 1
+        if not t.kernels:
+            METRICS.groups_compiled += 1
+        t.kernels[sig] = (kernel, fn)
+        t.stats.compiled = True
+        lst = self.starts.setdefault(t.steps[0].key[0], [])
+        if t not in lst:
+            lst.append(t)
+
+
+def _desc(x) -> InputDesc:
+    if isinstance(x, np.ndarray):
+        return InputDesc(dtypes.from_numpy(x.dtype), x.shape, "contiguous")
+    return InputDesc(_vm_dtype(x), tuple(x.shape), "contiguous" if x.is_contiguous() else "strided")
+
+
+def env_dim(d, env: dict) -> int:
+    if isinstance(d, int):
+        return d
+    out = d.coeff
+    for n in d.names:
+        out *= env[n]
+    return out
+
+
+_DT: dict = {}
+
+
+def _vm_dtype(t) -> str:
+    dt = t.dtype
+    name = _DT.get(id(dt))
+    if name is None:
+        name = _DT[id(dt)] = dtypes.from_mindspore_name(str(dt))
+    return name
+
+
+def generalize(fn: Function, sig) -> Function | None:
+    """`fn` with the signature's symbols in its param types and every result type re-inferred by the
+    registry; None if a rule cannot express a result symbolically (e.g. a reshape with a baked
+    size)."""
+    from ms_dynvm.ir import registry
+
+    if not sig.symbols():
+        return fn
+    types = dict(fn.types)
+    for r, (dtype, layout, dims) in zip(fn.params, sig.inputs):
+        types[r] = TensorType(dtype, tuple(Sym.of(d) if isinstance(d, str) else d for d in dims), layout)
+    try:
+        for ins in fn.body:
+            arg_types = [types[int(a)] if isinstance(a, Reg) else a for a in ins.args]
+            res = registry.infer(ins.op, arg_types, ins.attrs)
+            for r, ty in zip(ins.outs, res):
+                types[r] = ty
+    except (registry.ShapeError, KeyError, ValueError):
+        return None
+    return Function(fn.name, list(fn.params), list(fn.body), list(fn.outputs), types)
