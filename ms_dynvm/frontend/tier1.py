@@ -50,13 +50,13 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
-from ms_dynvm.bytecode.types import Sym, TensorType
 from ms_dynvm.cost.model import CostModel, GroupStats
 from ms_dynvm.ir.function import Function
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, check
 
 HISTORY = 16
+MAX_KERNELS_PER_GROUP = 8
 _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, Reg)
 _MISS = object()
@@ -381,11 +381,20 @@ class Tier1:
         sig = t.family.observe(descs)
         if sig in t.kernels or st.failed:
             return
+        if len(t.kernels) >= MAX_KERNELS_PER_GROUP:
+            # A group that cannot be generalised would compile once per shape: stop at a bound.
+            st.failed = True
+            METRICS.fallbacks["tier1: too many shapes for a static group"] += 1
+            return
         if self.opts.compile_policy == "threshold":
-            if st.calls >= self.opts.compile_threshold:
-                self._compile(t, sig)
-        elif self.cost.should_compile(st, len(t.steps)):
-            self._compile(t, sig)
+            hot = st.calls >= self.opts.compile_threshold
+        else:
+            hot = self.cost.should_compile(st, len(t.steps))
+        if hot:
+            # Generalise the function of THIS call: the signature's symbols group this call's dims.
+            fn = self._function(run)
+            if fn is not None:
+                self._compile(t, sig, fn)
 
     def _function(self, run: _OpenRun):
         if any(r is None for r in run.ext_regs):
@@ -401,14 +410,10 @@ class Tier1:
                       [int(r) for r in run.result_regs], {r: types[r] for r in regs})
         return fn
 
-    def _compile(self, t: RunTemplate, sig) -> None:
+    def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
         from ms_dynvm import codegen
 
-        fn = generalize(t.function, sig)
-        if fn is None:
-            METRICS.fallbacks["tier1: not generalisable"] += 1
-            fn_static = t.function
-            fn = fn_static
+        fn, sig = generalize(fn, sig, t.family)
         ok, why = codegen.supports(fn)
         if not ok:
             t.stats.failed = True
@@ -466,23 +471,26 @@ def _vm_dtype(t) -> str:
     return name
 
 
-def generalize(fn: Function, sig) -> Function | None:
-    """`fn` with the signature's symbols in its param types and every result type re-inferred by the
-    registry; None if a rule cannot express a result symbolically (e.g. a reshape with a baked
-    size)."""
-    from ms_dynvm.ir import registry
+def generalize(fn: Function, sig, family: ShapeFamily):
+    """(`fn` with the signature's symbols in its param dims and every result type re-inferred, sig).
+    When the shape rules cannot express a result symbolically (e.g. a reshape whose target size is
+    baked into its attributes), the dims stay static: the returned signature is then the call's
+    static one, and the family is frozen so that it stops proposing symbols for this group."""
+    from ms_dynvm.passes.shapes import GeneralizeError, generalize as _generalize
 
     if not sig.symbols():
-        return fn
-    types = dict(fn.types)
-    for r, (dtype, layout, dims) in zip(fn.params, sig.inputs):
-        types[r] = TensorType(dtype, tuple(Sym.of(d) if isinstance(d, str) else d for d in dims), layout)
+        return fn, sig
+    marks = {}
+    for r, (_, _, dims) in zip(fn.params, sig.inputs):
+        for axis, d in enumerate(dims):
+            if isinstance(d, str):
+                marks[(r, axis)] = d
     try:
-        for ins in fn.body:
-            arg_types = [types[int(a)] if isinstance(a, Reg) else a for a in ins.args]
-            res = registry.infer(ins.op, arg_types, ins.attrs)
-            for r, ty in zip(ins.outs, res):
-                types[r] = ty
-    except (registry.ShapeError, KeyError, ValueError):
-        return None
-    return Function(fn.name, list(fn.params), list(fn.body), list(fn.outputs), types)
+        return _generalize(fn, marks), sig
+    except GeneralizeError:
+        METRICS.fallbacks["tier1: kept static (not generalisable)"] += 1
+        family.frozen = True
+        family.dynamic.clear()
+        static = family.signature([InputDesc(fn.types[r].dtype, tuple(fn.types[r].shape),
+                                             fn.types[r].layout) for r in fn.params])
+        return fn, static
