@@ -51,6 +51,7 @@ from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.cost.model import CostModel, GroupStats
+from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.ir.function import Function
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, check
@@ -222,6 +223,13 @@ class Tier1:
         return _MISS
 
     def _bind(self, t: RunTemplate, first_args: list):
+        # The first op's own arguments must have the recorded identities: Mul(h, h) and Mul(a, b)
+        # have the same key. Two arguments recorded as one tensor must alias exactly (same address,
+        # shape and strides), which implies equal values.
+        for i, src in enumerate(t.steps[0].srcs):
+            prov = t.ext[src[1]]
+            if prov[0] == "arg" and prov[1] != i and not _aliases(first_args[i], first_args[prov[1]]):
+                return None
         out = []
         hist = self.hist
         for prov in t.ext:
@@ -295,7 +303,9 @@ class Tier1:
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         key = step_key(name, args)
         last = self.recorder.last_op
-        fusible = last is not None and all(i.op in FUSIBLE for i in last[0].instrs[last[1]:last[2]])
+        # In-place ops write their argument: serving a fresh result would lose the write.
+        fusible = (last is not None and name not in _INPLACE
+                   and all(i.op in FUSIBLE for i in last[0].instrs[last[1]:last[2]]))
         if not fusible:
             self.end_run()
         else:
@@ -443,6 +453,11 @@ class Tier1:
         lst = self.starts.setdefault(t.steps[0].key[0], [])
         if t not in lst:
             lst.append(t)
+
+
+def _aliases(a, b) -> bool:
+    return (a._data_ptr() == b._data_ptr() and tuple(a.shape) == tuple(b.shape)
+            and tuple(a.stride()) == tuple(b.stride()) and a.dtype == b.dtype)
 
 
 def _desc(x) -> InputDesc:

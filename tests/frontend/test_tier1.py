@@ -149,3 +149,33 @@ def test_compile_failure_is_a_counted_fallback_with_one_warning(monkeypatch):
     x, m = inputs(6)
     np.testing.assert_allclose(y.asnumpy(), chain(x, m).asnumpy(), rtol=0, atol=0)
     assert any("compile error" in k for k in st["fallbacks"]), st["fallbacks"]
+
+
+def _train_losses(make_step, steps, enable):
+    from profiling.workloads import WORKLOADS
+
+    step, inputs = WORKLOADS[make_step](seed=11)
+    losses = []
+    if enable:
+        ms_dynvm.enable(compile_policy="threshold")
+    try:
+        for _ in range(steps):
+            out = step(*inputs)
+            losses.append(float(out[0].asnumpy()))
+            grads = [g.asnumpy() for g in out[1:]]
+    finally:
+        if enable:
+            st = ms_dynvm.stats()
+            ms_dynvm.disable()
+    return losses, grads, (st if enable else None)
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer", "layernorm_gelu"])
+def test_training_steps_match_eager_with_fusion_active(ref_backend, name):
+    ref_losses, ref_grads, _ = _train_losses(name, 4, enable=False)
+    losses, grads, st = _train_losses(name, 4, enable=True)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    for a, b in zip(ref_grads, grads):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert st["fused_ops"] > 0, st
+    assert st["ops_by_phase"].get("bwd", 0) > 0
