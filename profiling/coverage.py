@@ -1,7 +1,8 @@
 """Op coverage: how many dispatched ops ms_dynvm models (VM ops) vs records as opaque calls.
 
-Runs every workload of profiling/workloads.py (forward + backward, two steps each) and an optimiser
-step (nn.SGD / nn.Adam on the MLP) under `ms_dynvm.enable()`, and prints per workload: ops dispatched,
+Runs every workload of profiling/workloads.py (forward + backward, two steps each), an optimiser
+step (nn.SGD / nn.Adam on the MLP) and a small conv/BatchNorm/pool network under
+`ms_dynvm.enable(jit=False)` (recording only), and prints per workload: ops dispatched,
 meta ops (no tensor semantics), opaque ops and their share, and which names were opaque.
 
     python profiling/coverage.py
@@ -35,6 +36,38 @@ def optimizer_workload(kind: str):
     return train, inputs
 
 
+def cnn_workload():
+    """A small ResNet-style block: Conv2d, BatchNorm (train mode), ReLU, MaxPool, Dense."""
+    import mindspore as ms
+    import numpy as np
+    from mindspore import nn
+
+    class CNN(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, pad_mode="same")
+            self.bn = nn.BatchNorm2d(8)
+            self.relu = nn.ReLU()
+            self.pool = nn.MaxPool2d(2, 2)
+            self.flat = nn.Flatten()
+            self.fc = nn.Dense(8 * 4 * 4, 10)
+
+        def construct(self, x):
+            h = self.relu(self.bn(self.conv(x)))
+            return self.fc(self.flat(self.pool(h + self.conv(x))))
+
+    net = CNN()
+    net.set_train(True)
+    grad_fn = ms.value_and_grad(lambda x: (net(x) ** 2).mean(), None, net.trainable_params())
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32))
+
+    def step(x):
+        loss, grads = grad_fn(x)
+        return (loss, *grads)
+
+    return step, (x,)
+
+
 def main() -> int:
     import mindspore as ms
 
@@ -45,11 +78,12 @@ def main() -> int:
     cases = {name: mk() for name, mk in WORKLOADS.items()}
     cases["mlp+sgd"] = optimizer_workload("sgd")
     cases["mlp+adam"] = optimizer_workload("adam")
+    cases["cnn (conv/bn)"] = cnn_workload()
     total_seen = total_opaque = 0
     print(f"{'workload':16s} {'ops':>6s} {'meta':>5s} {'opaque':>7s} {'share':>7s}  opaque names")
     for name, (step, inputs) in cases.items():
         ms_dynvm.reset_stats()
-        with ms_dynvm.enabled():
+        with ms_dynvm.enabled(jit=False):
             for _ in range(2):
                 step(*inputs)
         st = ms_dynvm.stats()
