@@ -243,7 +243,7 @@ class Tier1:
                 _, d, kind, i, okey = prov
                 if d > len(hist):
                     return None
-                hkey, hargs, houts = hist[-d]
+                hkey, hargs, houts = hist[-d][:3]
                 if hkey != okey:
                     return None
                 seq = hargs if kind == "arg" else houts
@@ -294,14 +294,18 @@ class Tier1:
         return outs[0][0] if t.steps[0].n_out == 1 else outs[0]
 
     # --- recording ---------------------------------------------------------------------------------
-    def _push_hist(self, key, arg_tensors, out_tensors) -> None:
-        self.hist.append((key, list(arg_tensors), list(out_tensors)))
+    def _push_hist(self, key, arg_tensors, out_tensors, arg_tags=(), out_tags=()) -> None:
+        """History entry: (key, arg tensors, out tensors, arg recorder tags, out recorder tags).
+        Served ops have no recorder tags (they are not recorded), so they are never provenances."""
+        self.hist.append((key, arg_tensors, out_tensors, arg_tags, out_tags))
 
     def after_op(self, name: str, args, out, seconds: float) -> None:
         """An op ran eagerly and the recorder has recorded it (`recorder.last_op`)."""
         tensors = _tensors(args)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         key = step_key(name, args)
+        arg_tags = [a._get_user_data(_RKEY) for a in tensors]
+        out_tags = [o._get_user_data(_RKEY) for o in outs]
         last = self.recorder.last_op
         # In-place ops write their argument: serving a fresh result would lose the write.
         fusible = (last is not None and name not in _INPLACE
@@ -309,18 +313,17 @@ class Tier1:
         if not fusible:
             self.end_run()
         else:
-            self._extend_run(key, tensors, outs, last, seconds)
-        self._push_hist(key, tensors, outs)
+            self._extend_run(key, tensors, outs, last, seconds, arg_tags, out_tags)
+        self._push_hist(key, tensors, outs, arg_tags, out_tags)
 
-    def _extend_run(self, key, tensors, outs, last, seconds) -> None:
+    def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
         block, start, end, out_regs = last
         run = self.run
         if run is not None and (run.block is not block or run.end != start):
             self.end_run()
             run = None
         if run is None:
-            run = self.run = _OpenRun(block, start, self._hist_tags())
-        arg_tags = [a._get_user_data(_RKEY) for a in tensors]
+            run = self.run = _OpenRun(block, start, [(k, at, ot) for k, _, _, at, ot in reversed(self.hist)])
         srcs = []
         for tensor, tag in zip(tensors, arg_tags):
             if tag in run.out_tags:
@@ -336,26 +339,21 @@ class Tier1:
             if prov is None:
                 # Not bindable at the first op: split the run here and start again at this op.
                 self.end_run()
-                self._extend_run(key, tensors, outs, last, seconds)
+                self._extend_run(key, tensors, outs, last, seconds, arg_tags, out_tags)
                 return
             run.ext.append(prov)
             run.ext_tags.append(tag)
             run.ext_regs.append(tag[1] if tag is not None else None)
             srcs.append(("ext", len(run.ext) - 1))
         j = len(run.steps)
-        for k, o in enumerate(outs):
-            run.out_tags[o._get_user_data(_RKEY)] = (j, k)
+        for k, tag in enumerate(out_tags):
+            run.out_tags[tag] = (j, k)
         run.steps.append(Step(key, tuple(srcs), len(outs)))
         run.result_regs.extend(out_regs)
         run.end = end
         run.seconds += seconds
         if not run.first_arg_tags and j == 0:
             run.first_arg_tags = arg_tags
-
-    def _hist_tags(self) -> list:
-        """History as tags, newest first: [(key, arg tags, out tags)]."""
-        return [(k, [a._get_user_data(_RKEY) for a in ar], [o._get_user_data(_RKEY) for o in ou])
-                for k, ar, ou in reversed(self.hist)]
 
     def _provenance(self, run: _OpenRun, tag, first_args):
         if tag is None:
