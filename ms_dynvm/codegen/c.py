@@ -1,0 +1,527 @@
+"""Render a `KernelSpec` as C99 for GCC.
+
+The generated translation unit holds the math library (`cmath.MATH_C`, or libm wrappers under
+`strict_ieee`) and one entry point
+
+    void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)
+
+`ptrs`: the spec's inputs then outputs (in `KernelSpec.buffers` order); `strides`: for each of them
+`rank` element strides (any value, 0 for broadcast views); `sizes`: the run-time size of every
+symbolic dim (`KernelSpec.syms` order). Static dims are baked in as constants, so one kernel serves
+every size of a symbolic dim. Temporaries are malloc'ed per call (statistics only: one value per row).
+
+Code shape, per nest: one flat loop over the product of the outer dims (`#pragma omp parallel for`
+when the nest's work exceeds `OMP_THRESHOLD` elements; single-threaded otherwise and under
+`strict_ieee`), the outer indices recovered by div/mod. Per step: plain loops over the inner dims but
+the last; the innermost loop comes twice: a fast path taken when every run-time stride along it is 1
+(addresses become `p[j]`, the loop is `restrict`-qualified and vectorises: GCC 12 with
+`-O3 -march=native` turns the inlined math into AVX2 code) and a generic strided path. Reductions
+outside `strict_ieee` keep `LANES` partial accumulators (a fixed-width inner loop GCC vectorises, then
+a fixed-order combine: results are deterministic run to run, but the order differs from a
+sequential sum); the tail is peeled into lane 0. Under `strict_ieee` reductions are sequential,
+transcendental functions call libm and `-ffp-contract=off` keeps every rounding explicit, so results
+are bitwise reproducible.
+
+Arithmetic that MindSpore defines specially follows the reference interpreter: float division by
++-0 ignores the zero's sign, maximum/minimum propagate NaN, relu(NaN) = 0, clamp's comparison order,
+x86 float->int conversion (cvtt: INT_MIN for NaN/overflow; narrower integers wrap from int32),
+integer arithmetic wraps (`-fwrapv`). With FMA contraction on (the default) `a*b+c` may round once
+instead of twice; mod/fmod are then within 1 ulp of |x| of the reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ms_dynvm.codegen import cmath
+from ms_dynvm.codegen.spec import (
+    ZERO,
+    Const,
+    KernelSpec,
+    Let,
+    Load,
+    Op,
+    Step,
+    Store,
+    ix_dim,
+    ix_split,
+)
+
+LANES = 8
+OMP_THRESHOLD = 1 << 15  # elements of work below which a nest runs on one thread
+
+_CT = {"f32": "float", "f64": "double", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
+       "u8": "uint8_t", "bool": "uint8_t"}
+_STORAGE = {"f16": "_Float16", "bf16": "float", "f32": "float", "f64": "double", "i8": "int8_t",
+            "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "u8": "uint8_t", "bool": "uint8_t"}
+_FLOAT_CT = ("f32", "f64")
+
+_HELPERS = r"""
+#include <stdlib.h>
+static inline float dvm_divf(float x, float y) {
+    float z = x == 0.0f ? NAN : (x > 0.0f ? INFINITY : -INFINITY);
+    return y == 0.0f ? z : x / y;
+}
+static inline double dvm_divd(double x, double y) {
+    double z = x == 0.0 ? NAN : (x > 0.0 ? INFINITY : -INFINITY);
+    return y == 0.0 ? z : x / y;
+}
+"""
+
+
+def c_type(ctype: str) -> str:
+    return _CT[ctype]
+
+
+def storage_type(dtype: str) -> str:
+    return _STORAGE[dtype]
+
+
+# --- literals and index expressions -------------------------------------------------------------
+def c_float(v: float, ctype: str) -> str:
+    v = float(v)
+    if math.isnan(v):
+        return "NAN" if ctype == "f32" else "((double)NAN)"
+    if math.isinf(v):
+        s = "INFINITY" if v > 0 else "-INFINITY"
+        return s if ctype == "f32" else f"((double){s})"
+    return v.hex() + ("f" if ctype == "f32" else "")
+
+
+def c_literal(value, ctype: str) -> str:
+    if ctype in _FLOAT_CT:
+        return c_float(value, ctype)
+    v = int(value)
+    if ctype == "i64" and v == -(2**63):
+        return "(-9223372036854775807L - 1)"
+    return f"(({_CT[ctype]}){v}L)"
+
+
+def c_ix(e) -> str:
+    kind = e[0]
+    if kind == "c":
+        return f"{e[1]}L"
+    if kind == "v":
+        return e[1]
+    if kind == "s":
+        return f"s_{e[1]}"
+    if kind == "st":
+        return f"st_{e[1]}_{e[2]}"
+    return f"({c_ix(e[1])} {kind} {c_ix(e[2])})"
+
+
+# --- scalar ops ---------------------------------------------------------------------------------
+def _fsuffix(ct: str, name: str) -> str:
+    return name + "f" if ct == "f32" else name
+
+
+def c_op(op: Op, ct: str) -> str:
+    """C expression of scalar op `op` computing in compute type `ct` (args are variable names)."""
+    a = op.args
+    fn = op.fn
+    x = a[0] if a else None
+    flt = ct in _FLOAT_CT
+    T = _CT[ct]
+    binary = {"add": "+", "sub": "-", "mul": "*", "div_plain": "/", "bitwise_and": "&", "bitwise_or": "|",
+              "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    if fn in binary:
+        return f"({T})({a[0]} {binary[fn]} {a[1]})" if not flt else f"({a[0]} {binary[fn]} {a[1]})"
+    zero = "0.0f" if ct == "f32" else "0.0" if ct == "f64" else f"(({T})0)"
+    one = "1.0f" if ct == "f32" else "1.0" if ct == "f64" else f"(({T})1)"
+    if fn == "cast":
+        return _c_cast(x, op.attr("src"), op.attr("dst"))
+    if fn == "round":
+        return f"(float)(_Float16)({x})" if op.attr("dst") == "f16" else f"dvm_bf16({x})"
+    if fn == "size":
+        return c_ix(op.attr("ix"))
+    if fn == "select":
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if fn == "logical_and":
+        return f"(uint8_t)(({a[0]} != 0) & ({a[1]} != 0))"
+    if fn == "logical_or":
+        return f"(uint8_t)(({a[0]} != 0) | ({a[1]} != 0))"
+    if fn == "logical_xor":
+        return f"(uint8_t)(({a[0]} != 0) ^ ({a[1]} != 0))"
+    if fn == "logical_not":
+        return f"(uint8_t)({x} == 0)"
+    if fn == "isnan":
+        return f"(uint8_t)({x} != {x})"
+    if fn == "isinf":
+        return f"(uint8_t)({_fsuffix(ct, 'fabs')}({x}) == INFINITY)"
+    if fn == "isfinite":
+        return f"(uint8_t)({_fsuffix(ct, 'fabs')}({x}) < INFINITY)"
+    if fn == "clamp_lo":
+        return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+    if fn == "clamp_hi":
+        return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+    if fn == "maximum":
+        if flt:
+            return f"(({a[0]} != {a[0]} || {a[1]} != {a[1]}) ? {a[0]} + {a[1]} : ({a[0]} > {a[1]} ? {a[0]} : {a[1]}))"
+        return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+    if fn == "minimum":
+        if flt:
+            return f"(({a[0]} != {a[0]} || {a[1]} != {a[1]}) ? {a[0]} + {a[1]} : ({a[0]} < {a[1]} ? {a[0]} : {a[1]}))"
+        return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+    if fn == "neg":
+        return f"({T})(-{x})"
+    if fn == "abs":
+        return f"{_fsuffix(ct, 'fabs')}({x})" if flt else f"({T})({x} < 0 ? -{x} : {x})"
+    if fn == "square":
+        return f"({T})({x} * {x})"
+    if fn == "relu":
+        return f"({x} > {zero} ? {x} : {zero})"
+    if fn == "relu6":
+        six = c_literal(6, ct)
+        return f"({x} > {zero} ? ({x} < {six} ? {x} : {six}) : {zero})"
+    if fn == "sign":
+        return f"({T})(({x} > {zero}) - ({x} < {zero}))"
+    if fn == "relu_grad":  # (dy, y)
+        return f"({a[1]} > {zero} ? {a[0]} : {zero})"
+    if not flt:
+        raise ValueError(f"op {fn} on {ct}")
+    # --- float only ---
+    div = "dvm_divf" if ct == "f32" else "dvm_divd"
+    floor, trunc = _fsuffix(ct, "floor"), _fsuffix(ct, "trunc")
+    if fn == "div":
+        return f"{div}({a[0]}, {a[1]})"
+    if fn == "floor_div":
+        return f"{floor}({div}({a[0]}, {a[1]}))"
+    if fn == "trunc_div":
+        return f"{trunc}({div}({a[0]}, {a[1]}))"
+    if fn == "mod":
+        return f"({a[0]} - {floor}({a[0]} / {a[1]}) * {a[1]})"
+    if fn == "fmod":
+        return f"({a[0]} - {trunc}({a[0]} / {a[1]}) * {a[1]})"
+    if fn == "pow":
+        return f"{_fsuffix(ct, 'pow')}({a[0]}, {a[1]})"
+    if fn == "atan2":
+        return f"{_fsuffix(ct, 'atan2')}({a[0]}, {a[1]})"
+    if fn == "lerp":
+        return f"({a[0]} + {a[2]} * ({a[1]} - {a[0]}))"
+    if fn == "addcmul":
+        return f"({a[0]} + {a[3]} * ({a[1]} * {a[2]}))"
+    if fn == "fma":
+        return f"({a[0]} * {a[1]} + {a[2]})"
+    if fn in ("sqrt", "floor", "ceil", "trunc", "sin", "cos", "tan"):
+        return f"{_fsuffix(ct, fn)}({x})"
+    if fn == "round":
+        return f"{_fsuffix(ct, 'rint')}({x})"
+    if fn == "rsqrt":
+        return f"({one} / {_fsuffix(ct, 'sqrt')}({x}))"
+    if fn == "reciprocal":
+        return f"({one} / {x})"
+    if fn == "hardswish":
+        return f"({x} <= -3 ? {zero} : ({x} >= 3 ? {x} : {x} * ({x} + 3) / 6))"
+    if fn == "hardsigmoid":
+        return f"({x} <= -3 ? {zero} : ({x} >= 3 ? {one} : ({x} + 3) / 6))"
+    if fn == "leaky_relu":
+        return f"({x} > {zero} ? {x} : {c_literal(op.attr('alpha'), ct)} * {x})"
+    if fn == "log_scalar":
+        return f"log({x})"
+    if fn == "rsqrt_scalar":
+        return f"(1.0 / sqrt({x}))"
+    if fn == "sigmoid_grad":  # (y, dy)
+        return f"({a[1]} * ({a[0]} * ({one} - {a[0]})))"
+    if fn == "tanh_grad":  # (y, dy): (1-y)(1+y) has no cancellation near |y| = 1
+        return f"({a[1]} * (({one} - {a[0]}) * ({one} + {a[0]})))"
+    if fn == "elu_grad":  # (dy, y)
+        return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
+    if ct != "f32":
+        raise ValueError(f"op {fn} on {ct}")
+    if fn in ("exp", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "erfc", "gelu_erf",
+              "gelu_tanh", "mish"):
+        return f"dvm_{fn}({x})"
+    if fn == "silu":
+        return f"({x} * dvm_sigmoid({x}))"
+    if fn == "elu":
+        return f"dvm_elu({x}, {c_float(op.attr('alpha'), 'f32')})"
+    if fn == "softplus":
+        return f"dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
+    if fn in ("silu_grad", "gelu_grad_none", "gelu_grad_tanh"):
+        name = {"gelu_grad_none": "gelu_grad_erf"}.get(fn, fn)
+        return f"dvm_{name}({a[0]}, {a[1]})"
+    raise ValueError(f"no C rendering for op {fn}")
+
+
+def _c_cast(x: str, src: str, dst: str) -> str:
+    fsrc = src in ("f16", "bf16", "f32", "f64")
+    if dst == "bool":
+        return f"(uint8_t)({x} != 0)"
+    if dst == "f16":
+        return f"(float)(_Float16)({x})"
+    if dst == "bf16":
+        return f"dvm_bf16((float)({x}))"
+    if dst in ("f32", "f64"):
+        return f"({_CT[dst]})({x})"
+    if fsrc and dst in ("i8", "i16", "u8"):  # x86: convert to int32 (cvtt), then wrap
+        return f"({_CT[dst]})(int32_t)({x})"
+    return f"({_CT[dst]})({x})"
+
+
+# --- statements ---------------------------------------------------------------------------------
+class _Ctx:
+    """How loads/stores address memory inside the loop being rendered: `ptr` maps an access to
+    the name of a pointer already offset to the loop's base plus its per-iteration step."""
+
+    def __init__(self, spec: KernelSpec, var: str | None = None, unit: bool = False):
+        self.spec = spec
+        self.var = var
+        self.unit = unit
+        self.bases: dict = {}  # (buf, base ix) -> pointer variable
+
+    def address(self, buf: str, index) -> str:
+        if self.var is None:
+            return f"{buf}[{c_ix(index)}]"
+        split = ix_split(index, self.var)
+        if split is None:
+            return f"{buf}[{c_ix(index)}]"
+        base, coeff = split
+        key = (buf, base)
+        if key not in self.bases:
+            self.bases[key] = f"p{len(self.bases)}_{self.var}"
+        p = self.bases[key]
+        if coeff == ZERO:
+            return f"{p}[0]"
+        if self.unit and coeff[0] != "c":
+            return f"{p}[{self.var}]"
+        return f"{p}[{self.var} * {c_ix(coeff)}]"
+
+    def runtime_coeffs(self, stmts) -> list:
+        """Run-time strides along the loop variable (the fast path requires them to be 1)."""
+        out = []
+        for s in stmts:
+            index = s.index if isinstance(s, Store) else s.expr.index if isinstance(s, Let) and isinstance(
+                s.expr, Load) else None
+            if index is None:
+                continue
+            split = ix_split(index, self.var)
+            if split is None:
+                return None
+            coeff = split[1]
+            if coeff != ZERO and coeff[0] != "c" and coeff not in out:
+                out.append(coeff)
+        return out
+
+    def base_decls(self) -> list:
+        lines = []
+        for (buf, base), p in self.bases.items():
+            b = self.spec.buffer(buf)
+            const = "const " if b.role == "in" else ""
+            lines.append(f"{const}{storage_type(b.dtype)} *restrict {p} = {buf} + {c_ix(base)};")
+        return lines
+
+
+def render_stmt(s, ctx: _Ctx, spec: KernelSpec) -> str:
+    if isinstance(s, Store):
+        b = spec.buffer(s.buf)
+        return f"{ctx.address(s.buf, s.index)} = ({storage_type(b.dtype)})({s.var});"
+    expr = s.expr
+    T = _CT[s.ctype]
+    if isinstance(expr, Load):
+        return f"const {T} {s.var} = ({T}){ctx.address(expr.buf, expr.index)};"
+    if isinstance(expr, Const):
+        return f"const {T} {s.var} = {c_literal(expr.value, s.ctype)};"
+    return f"const {T} {s.var} = ({T}){c_op(expr, s.ctype)};"
+
+
+# --- loops --------------------------------------------------------------------------------------
+_ACC_INIT = {"sum": "0", "prod": "1"}
+
+
+def _combine(kind: str, acc: str, v: str) -> str:
+    if kind == "sum":
+        return f"{acc} += {v};"
+    if kind == "prod":
+        return f"{acc} *= {v};"
+    if kind == "max":  # a NaN first element stays; later NaNs are ignored (v > acc is false)
+        return f"{acc} = {v} > {acc} ? {v} : {acc};"
+    if kind == "min":
+        return f"{acc} = {v} < {acc} ? {v} : {acc};"
+    if kind == "nanmax":  # NaN propagates
+        return f"{acc} = ({v} > {acc} || {v} != {v}) ? {v} : {acc};"
+    raise ValueError(kind)
+
+
+class CRenderer:
+    def __init__(self, spec: KernelSpec, strict_ieee: bool = False, fast_math: bool = False):
+        self.spec = spec
+        self.strict = strict_ieee
+        self.fast = fast_math
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def open(self, line: str) -> None:
+        self.emit(line + " {")
+        self.depth += 1
+
+    def close(self) -> None:
+        self.depth -= 1
+        self.emit("}")
+
+    # --- top level ------------------------------------------------------------------------------
+    def render(self) -> str:
+        spec = self.spec
+        head = ["/* generated by ms_dynvm.codegen.c */"]
+        if self.fast:
+            head.append("#define DVM_FAST 1")
+        head.append(cmath.STRICT_C if self.strict else cmath.MATH_C)
+        head.append(_HELPERS)
+        self.open("void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)")
+        for k, name in enumerate(spec.syms):
+            self.emit(f"const int64_t s_{name} = sizes[{k}];")
+        self.emit("(void)sizes; (void)strides;")
+        pos = 0
+        ext = [b for b in spec.buffers if b.role in ("in", "out")]
+        for k, b in enumerate(ext):
+            const = "const " if b.role == "in" else ""
+            T = f"{const}{storage_type(b.dtype)}"
+            self.emit(f"{T} *restrict {b.name} = ({T} *)ptrs[{k}];")
+            for axis in range(len(b.shape)):
+                self.emit(f"const int64_t st_{b.name}_{axis} = strides[{pos}]; (void)st_{b.name}_{axis};")
+                pos += 1
+        for b in spec.temps:
+            n = "1L"
+            for d in b.shape:
+                n = f"{n} * {c_ix(ix_dim(d))}"
+            T = storage_type(b.dtype)
+            self.emit(f"{T} *restrict {b.name} = ({T} *)malloc(sizeof({T}) * ({n}) + 16);")
+        for nid, nest in enumerate(spec.nests):
+            self.emit(f"/* nest {nid} */")
+            self._nest(nid, nest)
+        for b in spec.temps:
+            self.emit(f"free({b.name});")
+        self.close()
+        return "\n".join(head) + "\n" + "\n".join(self.lines) + "\n"
+
+    def _nest(self, nid: int, nest) -> None:
+        self.open("")
+        if nest.outer:
+            total = " * ".join(f"(int64_t){c_ix(s)}" for _, s in nest.outer)
+            self.emit(f"const int64_t n_outer = {total};")
+            work = ["n_outer"]
+            for step in nest.steps[:1]:
+                work += [f"(int64_t){c_ix(s)}" for _, s in step.inner]
+            if not self.strict:
+                self.emit(f"#pragma omp parallel for schedule(static) if({' * '.join(work)} >= {OMP_THRESHOLD})")
+            self.open("for (int64_t o = 0; o < n_outer; o++)")
+            rest = "o"
+            for k in range(len(nest.outer) - 1, -1, -1):
+                var, size = nest.outer[k]
+                if k == 0:
+                    self.emit(f"const int64_t {var} = {rest};")
+                else:
+                    self.emit(f"const int64_t {var} = {rest} % {c_ix(size)};")
+                    rest = f"({rest} / {c_ix(size)})"
+            for step in nest.steps:
+                self._step(step)
+            self.close()
+        else:
+            for step in nest.steps:
+                self._step(step)
+        self.close()
+
+    # --- steps ----------------------------------------------------------------------------------
+    def _plain(self, stmts) -> None:
+        ctx = _Ctx(self.spec)
+        for s in stmts:
+            self.emit(render_stmt(s, ctx, self.spec))
+
+    def _step(self, step: Step) -> None:
+        # No block around a step: its accumulators and post statements (row statistics) are read by
+        # the later steps of the nest. Every name is unique, so nothing clashes.
+        self._plain(step.pre)
+        lanes = step.is_reduce and not self.strict and step.inner
+        for acc in step.accs:
+            T = _CT[acc.ctype]
+            init = acc.first if acc.first else _ACC_INIT.get(acc.kind, "-INFINITY")
+            if lanes:
+                self.emit(f"{T} {acc.var}_l[{LANES}];")
+                self.emit(f"for (int l = 0; l < {LANES}; l++) {acc.var}_l[l] = ({T})({init});")
+            else:
+                self.emit(f"{T} {acc.var} = ({T})({init});")
+        for var, size in step.inner[:-1]:
+            self.open(f"for (int64_t {var} = 0; {var} < {c_ix(size)}; {var}++)")
+        if step.inner:
+            self._innermost(step, lanes)
+        else:
+            self.open("")
+            self._plain(step.body)
+            for acc in step.accs:
+                self.emit(_combine(acc.kind, acc.var, acc.value))
+            self.close()
+        for _ in step.inner[:-1]:
+            self.close()
+        if lanes:
+            for acc in step.accs:
+                T = _CT[acc.ctype]
+                self.emit(f"{T} {acc.var} = {acc.var}_l[0];")
+                self.emit(f"for (int l = 1; l < {LANES}; l++) {{ {_combine(acc.kind, acc.var, f'{acc.var}_l[l]')} }}")
+        self._plain(step.post)
+
+    def _innermost(self, step: Step, lanes: bool) -> None:
+        var, size = step.inner[-1]
+        n = f"n_{var}"
+        self.emit(f"const int64_t {n} = {c_ix(size)};")
+        probe = _Ctx(self.spec, var)
+        coeffs = probe.runtime_coeffs(step.body)
+        if coeffs:
+            cond = " && ".join(f"{c_ix(c)} == 1" for c in coeffs)
+            self.open(f"if ({cond})")
+            self._loop(step, var, n, lanes, unit=True)
+            self.close()
+            self.open("else")
+            self._loop(step, var, n, lanes, unit=False)
+            self.close()
+        else:
+            self._loop(step, var, n, lanes, unit=coeffs is not None)
+
+    def _loop(self, step: Step, var: str, n: str, lanes: bool, unit: bool) -> None:
+        ctx = _Ctx(self.spec, var, unit)
+        body = [render_stmt(s, ctx, self.spec) for s in step.body]
+        self.open("")
+        for line in ctx.base_decls():
+            self.emit(line)
+        if not step.is_reduce:
+            if not self.strict:
+                self.emit("#pragma GCC ivdep")
+            self.open(f"for (int64_t {var} = 0; {var} < {n}; {var}++)")
+            for line in body:
+                self.emit(line)
+            self.close()
+        elif not lanes:
+            self.open(f"for (int64_t {var} = 0; {var} < {n}; {var}++)")
+            for line in body:
+                self.emit(line)
+            for acc in step.accs:
+                self.emit(_combine(acc.kind, acc.var, acc.value))
+            self.close()
+        else:
+            base = f"{var}_0"
+            self.emit(f"int64_t {base} = 0;")
+            self.open(f"for (; {base} + {LANES} <= {n}; {base} += {LANES})")
+            self.open(f"for (int l = 0; l < {LANES}; l++)")
+            self.emit(f"const int64_t {var} = {base} + l;")
+            for line in body:
+                self.emit(line)
+            for acc in step.accs:
+                self.emit(_combine(acc.kind, f"{acc.var}_l[l]", acc.value))
+            self.close()
+            self.close()
+            self.open(f"for (int64_t {var} = {base}; {var} < {n}; {var}++)")  # peeled tail into lane 0
+            for line in body:
+                self.emit(line)
+            for acc in step.accs:
+                self.emit(_combine(acc.kind, f"{acc.var}_l[0]", acc.value))
+            self.close()
+        self.close()
+
+
+def render(spec: KernelSpec, *, strict_ieee: bool = False, fast_math: bool = False) -> str:
+    """C99 source of `spec` (see the module doc for the entry point's signature)."""
+    return CRenderer(spec, strict_ieee, fast_math).render()
+
+
+__all__ = ["LANES", "OMP_THRESHOLD", "render", "c_op", "c_type", "storage_type"]

@@ -1,0 +1,84 @@
+"""Build generated C into a shared object with GCC and load it with ctypes.
+
+Only generated source is compiled: the source is written to a private temporary directory and gcc is
+run with an argument list (no shell). `compiler_info()` (gcc's version and target triple, cached per
+process) and `flags(...)` feed the kernel cache key, so a compiler upgrade or a flag change never
+loads a stale binary. A missing gcc or a failed compile raises `CodegenError` carrying gcc's output;
+the caller falls back to eager execution.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+from ms_dynvm.codegen.spec import CodegenError
+
+GCC = os.environ.get("DYNVM_CC", "gcc")
+
+# -fno-trapping-math lets GCC if-convert the branch-free math (it changes no result: we never read
+# FP exception flags); -fno-math-errno lets sqrt/rint inline; -fwrapv gives integer ops NumPy's
+# wrap-around semantics.
+_BASE = ["-O3", "-march=native", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math",
+         "-fwrapv", "-fno-semantic-interposition"]
+
+
+def flags(*, strict_ieee: bool = False, fast_math: bool = False) -> list[str]:
+    """GCC flags for a kernel build (part of the cache key)."""
+    if strict_ieee:
+        return _BASE + ["-ffp-contract=off"]
+    return _BASE + ["-fopenmp"] + (["-DDVM_FAST=1"] if fast_math else [])
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_info() -> str:
+    """'gcc (Debian 12.2.0-...) 12.2.0 | x86_64-linux-gnu' (CodegenError when gcc is missing)."""
+    exe = shutil.which(GCC)
+    if exe is None:
+        raise CodegenError(f"C compiler {GCC!r} not found on PATH")
+    try:
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30, check=True)
+        machine = subprocess.run([exe, "-dumpmachine"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise CodegenError(f"cannot run {exe}: {e}") from e
+    return f"{version.stdout.splitlines()[0].strip()} | {machine.stdout.strip()}"
+
+
+def compile_shared(source: str, flag_list: list[str]) -> bytes:
+    """Compile C `source` with `flag_list`; returns the bytes of the shared object."""
+    exe = shutil.which(GCC)
+    if exe is None:
+        raise CodegenError(f"C compiler {GCC!r} not found on PATH")
+    with tempfile.TemporaryDirectory(prefix="dvm-cc-") as d:
+        src = os.path.join(d, "kernel.c")
+        out = os.path.join(d, "kernel.so")
+        with open(src, "w") as f:
+            f.write(source)
+        cmd = [exe, *flag_list, src, "-o", out, "-lm"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise CodegenError(f"gcc failed to run: {e}") from e
+        if proc.returncode != 0:
+            raise CodegenError(f"gcc exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def load_shared(data: bytes) -> ctypes.CDLL:
+    """Load shared-object bytes: written to a fresh private file (0600), dlopen'ed, then unlinked, so
+    nobody can swap the file between its integrity check and the load."""
+    fd, path = tempfile.mkstemp(prefix="dvm-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(path)
+    finally:
+        os.unlink(path)
+
+
+__all__ = ["compile_shared", "compiler_info", "flags", "load_shared"]

@@ -1,0 +1,194 @@
+"""`compile_group` / `supports` / `CompiledKernel`: the C backend's interface to the executors.
+
+`compile_group(fn)` lowers a fusion group to a spec (`spec.lower`), renders C (`c.render`), and gets
+the shared object from the kernel cache (`runtime.cache`; built with `gcc.compile_shared` on a miss).
+The cache key hashes the ms_dynvm version, gcc version/target and flags, the host arch, the
+canonical IR text of the group (registers renumbered, so equal groups share a kernel) and the
+generated source. `CompiledKernel` binds symbolic dims from the input shapes at every call, so one
+kernel serves every size of a shape family.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import platform
+
+import numpy as np
+
+from ms_dynvm import dtypes
+from ms_dynvm.bytecode.program import Instr
+from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.bytecode.types import Sym, TensorType
+from ms_dynvm.codegen import c as c_backend
+from ms_dynvm.codegen import gcc
+from ms_dynvm.codegen.spec import CodegenError, KernelSpec, lower
+
+
+def canonical_text(fn) -> str:
+    """The group's IR text with registers renumbered in order of definition and a fixed name: the
+    part of the cache key that identifies the computation and its signature."""
+    from ms_dynvm.ir.function import Function
+
+    ren: dict[int, int] = {}
+    for r in fn.params:
+        ren.setdefault(int(r), len(ren))
+    for ins in fn.body:
+        for r in ins.outs:
+            ren.setdefault(int(r), len(ren))
+
+    def m(a):
+        return Reg(ren[int(a)]) if isinstance(a, Reg) else a
+
+    body = [Instr(i.op, tuple(m(a) for a in i.args), dict(i.attrs), tuple(ren[r] for r in i.outs)) for i in fn.body]
+    types = {ren[r]: t for r, t in fn.types.items() if r in ren}
+    g = Function("group", [ren[int(r)] for r in fn.params], body, [ren[int(r)] for r in fn.outputs], types)
+    return g.as_text()
+
+
+def supports(fn) -> tuple[bool, str]:
+    """(True, "") if `compile_group(fn)` can compile the group, else (False, why). Needs no compiler."""
+    try:
+        c_backend.render(lower(fn))
+    except CodegenError as e:
+        return False, str(e)
+    except ValueError as e:
+        return False, f"C rendering: {e}"
+    return True, ""
+
+
+def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, cache=None) -> "CompiledKernel":
+    """Compile fusion group `fn` for the CPU; raises CodegenError if unsupported or if gcc fails."""
+    from ms_dynvm import __version__
+    from ms_dynvm.runtime.cache import default_cache, make_key
+
+    spec = lower(fn)
+    try:
+        source = c_backend.render(spec, strict_ieee=strict_ieee, fast_math=fast_math)
+    except ValueError as e:
+        raise CodegenError(f"C rendering: {e}") from e
+    flags = gcc.flags(strict_ieee=strict_ieee, fast_math=fast_math)
+    key = make_key({
+        "ms_dynvm": __version__,
+        "compiler": gcc.compiler_info(),
+        "flags": flags,
+        "arch": platform.machine(),
+        "ir": canonical_text(fn),
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+    })
+    cache = default_cache() if cache is None else cache
+    lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
+    return CompiledKernel(spec, source, key, lib, fn)
+
+
+def _bind(shape_decl, shape, env: dict, what: str) -> None:
+    if len(shape_decl) != len(shape):
+        raise ValueError(f"{what}: rank {len(shape)}, expected {len(shape_decl)}")
+    for d, n in zip(shape_decl, shape):
+        if isinstance(d, int):
+            if d != n:
+                raise ValueError(f"{what}: shape {tuple(shape)} does not match {tuple(shape_decl)}")
+            continue
+        known, free = d.coeff, []
+        for name in d.names:
+            if name in env:
+                known *= env[name]
+            else:
+                free.append(name)
+        if not free:
+            if known != n:
+                raise ValueError(f"{what}: dim {d} = {n} contradicts {env}")
+        elif len(free) == 1 and n % known == 0 and n // known > 1:
+            env[free[0]] = n // known
+        else:
+            raise ValueError(f"{what}: cannot bind dim {d} to {n}")
+
+
+def _eval_dim(d, env: dict) -> int:
+    if isinstance(d, int):
+        return d
+    v = d.coeff
+    for name in d.names:
+        v *= env[name]
+    return v
+
+
+class CompiledKernel:
+    """A compiled fusion group. `params`/`outputs`: [(register, TensorType)] in call order."""
+
+    def __init__(self, spec: KernelSpec, source: str, key: str, lib, fn):
+        self.spec = spec
+        self.source = source
+        self.key = key
+        self._lib = lib  # keeps the library loaded as long as the kernel lives
+        self._fn = lib.dvm_kernel
+        self._fn.restype = None
+        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.params = [(r, fn.types[r]) for r in fn.params]
+        self.outputs = [(r, fn.types[r]) for r in fn.outputs]
+        self._np_in = [dtypes.to_numpy(t.dtype) for _, t in self.params]
+        self._np_out = [dtypes.to_numpy(t.dtype) for _, t in self.outputs]
+
+    def _sizes(self, in_shapes) -> dict:
+        env: dict = {}
+        for k, ((_, t), shape) in enumerate(zip(self.params, in_shapes)):
+            _bind(t.shape, tuple(shape), env, f"input {k}")
+        return env
+
+    def out_shapes(self, env: dict) -> list[tuple]:
+        try:
+            return [tuple(_eval_dim(d, env) for d in t.shape) for _, t in self.outputs]
+        except KeyError as e:
+            raise ValueError(f"symbolic dim {e} is not bound by any input") from None
+
+    def _launch(self, ptrs, strides, env: dict) -> None:
+        sizes = (ctypes.c_int64 * max(len(self.spec.syms), 1))(*[env[s] for s in self.spec.syms])
+        p = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        st = (ctypes.c_int64 * max(len(strides), 1))(*strides)
+        self._fn(p, st, sizes)
+
+    def __call__(self, inputs: list, out: list | None = None) -> list[np.ndarray]:
+        """Run on NumPy arrays of any strides; allocates C-contiguous outputs unless `out` is given."""
+        if len(inputs) != len(self.params):
+            raise ValueError(f"kernel takes {len(self.params)} inputs, got {len(inputs)}")
+        arrs = []
+        for k, (a, want) in enumerate(zip(inputs, self._np_in)):
+            a = np.asarray(a)
+            if a.dtype != want:
+                raise ValueError(f"input {k}: dtype {a.dtype}, expected {want}")
+            arrs.append(a)
+        env = self._sizes([a.shape for a in arrs])
+        shapes = self.out_shapes(env)
+        if out is None:
+            out = [np.empty(s, dt) for s, dt in zip(shapes, self._np_out)]
+        else:
+            if len(out) != len(self.outputs):
+                raise ValueError(f"kernel writes {len(self.outputs)} outputs, got {len(out)}")
+            for k, (o, s, dt) in enumerate(zip(out, shapes, self._np_out)):
+                if o.shape != s or o.dtype != dt:
+                    raise ValueError(f"out {k}: {o.dtype}{o.shape}, expected {dt}{s}")
+        ptrs, strides = [], []
+        for a in list(arrs) + list(out):
+            ptrs.append(a.ctypes.data)
+            strides.extend(s // a.itemsize for s in a.strides)
+        self._launch(ptrs, strides, env)
+        return list(out)
+
+    def run_raw(self, in_ptrs, in_shapes, in_strides, out_ptrs, out_shapes) -> None:
+        """Zero-copy entry: host pointers (ints), shapes, element strides of the inputs; outputs are
+        C-contiguous buffers of `out_shapes` (checked against the shapes the kernel computes)."""
+        env = self._sizes(in_shapes)
+        want = self.out_shapes(env)
+        if [tuple(s) for s in out_shapes] != want:
+            raise ValueError(f"out shapes {out_shapes}, expected {want}")
+        strides = [int(s) for st in in_strides for s in st]
+        for shape in want:
+            acc, st = 1, []
+            for d in reversed(shape):
+                st.append(acc)
+                acc *= d
+            strides.extend(reversed(st))
+        self._launch([int(p) for p in in_ptrs] + [int(p) for p in out_ptrs], strides, env)
+
+
+__all__ = ["CompiledKernel", "canonical_text", "compile_group", "supports"]

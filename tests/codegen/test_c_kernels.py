@@ -1,0 +1,359 @@
+"""C kernels against the NumPy reference interpreter: every fused pattern of issue 3 over
+hypothesis-drawn sizes of the symbolic dims (one compile per group), special values, strided and
+broadcast inputs, several dtypes; compile counts; strict_ieee reproducibility; unsupported groups.
+
+Tolerances: float32 rtol 1e-5 / atol 1e-6 (our vectorised math is within 4 ulp, sums accumulate in
+float64 but in another order than NumPy); float16 rtol 1e-3 / atol 1e-3 (one f16 ulp from double
+rounding of transcendentals); integer and bool results exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ms_dynvm.bytecode.types import Sym
+from ms_dynvm.codegen import CodegenError, compile_group, supports
+from ms_dynvm.runtime.cache import KernelCache
+from tests.codegen import groups
+from tests.codegen.groups import B, S, G, reference
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-42, 88.8, -104.0, 30.0], np.float32)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return KernelCache(str(tmp_path_factory.mktemp("kcache")))
+
+
+_KERNELS: dict = {}
+
+
+def kernel(name: str, fn, cache, **kw):
+    """Compile each named group once per module (hypothesis examples share it)."""
+    key = (name, tuple(sorted(kw.items())))
+    if key not in _KERNELS:
+        _KERNELS[key] = compile_group(fn, cache=cache, **kw)
+    return _KERNELS[key]
+
+
+def assert_close(out, ref, dtype="f32"):
+    assert len(out) == len(ref)
+    for k, (o, r) in enumerate(zip(out, ref)):
+        assert o.shape == r.shape and o.dtype == r.dtype, (k, o.shape, r.shape, o.dtype, r.dtype)
+        if o.dtype.kind in "fc":
+            tol = 1e-3 if dtype in ("f16", "bf16") else 1e-5
+            atol = 1e-3 if dtype in ("f16", "bf16") else 1e-6
+            np.testing.assert_allclose(o, r, rtol=tol, atol=atol, equal_nan=True, err_msg=f"output {k}")
+        else:
+            np.testing.assert_array_equal(o, r, err_msg=f"output {k}")
+
+
+def draw_array(data, shape, special=True, scale=3.0):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    a = (rng.standard_normal(shape) * scale).astype(np.float32)
+    if special and a.size and data.draw(st.booleans()):
+        k = data.draw(st.integers(1, max(1, a.size // 4)))
+        idx = rng.integers(0, a.size, k)
+        a.reshape(-1)[idx] = rng.choice(SPECIAL, k)
+    return a
+
+
+def strided(data, a):
+    """`a` itself, or the same values as a non-contiguous view (every other element of a bigger
+    array along a drawn axis), or Fortran order."""
+    how = data.draw(st.sampled_from(["c", "step", "fortran"]))
+    if how == "c" or a.ndim == 0:
+        return a
+    if how == "fortran":
+        return np.asfortranarray(a)
+    axis = data.draw(st.integers(0, a.ndim - 1))
+    shape = list(a.shape)
+    shape[axis] *= 2
+    big = np.zeros(shape, a.dtype)
+    sl = [slice(None)] * a.ndim
+    sl[axis] = slice(None, None, 2)
+    big[tuple(sl)] = a
+    return big[tuple(sl)]
+
+
+sizes = st.integers(2, 9)
+
+
+@settings(max_examples=15)
+@given(data=st.data(), b=sizes)
+def test_chain(cache, data, b):
+    fn = groups.chain(shape=(B, 37))
+    k = kernel("chain", fn, cache)
+    x, m = (strided(data, draw_array(data, (b, 37))) for _ in range(2))
+    assert_close(k([x, m]), reference(fn, [np.ascontiguousarray(x), np.ascontiguousarray(m)]))
+
+
+@settings(max_examples=15)
+@given(data=st.data(), b=sizes, s=st.integers(2, 70))
+def test_masked_softmax(cache, data, b, s):
+    fn = groups.masked_softmax(shape=(B, S))
+    k = kernel("msoftmax", fn, cache)
+    x = strided(data, draw_array(data, (b, s)))
+    m = (draw_array(data, (b, s), special=False) > 0).astype(np.float32)
+    assert_close(k([x, m]), reference(fn, [np.ascontiguousarray(x), m]))
+
+
+@settings(max_examples=10)
+@given(data=st.data(), b=sizes, s=st.integers(2, 40))
+def test_masked_softmax_broadcast_mask(cache, data, b, s):
+    """The mask broadcasts over rows ([1, S]) and comes in as a NumPy 0-stride view."""
+    g = G()
+    x, m = g.param("f32", (B, S)), g.param("f32", (1, S))
+    g.op("softmax", g.op("add", x, g.op("mul", g.op("sub", 1.0, m), -1e4)), axis=-1)
+    fn = g.fn()
+    k = kernel("msoftmax_b", fn, cache)
+    xa = draw_array(data, (b, s), special=False)
+    ma = (draw_array(data, (1, s), special=False) > 0).astype(np.float32)
+    assert_close(k([xa, ma]), reference(fn, [xa, ma]))
+    x0 = np.broadcast_to(xa[:1], (b, s))  # 0-stride rows
+    assert_close(k([x0, ma]), reference(fn, [np.ascontiguousarray(x0), ma]))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@settings(max_examples=8)
+@given(data=st.data(), b=sizes)
+def test_layer_norm_gelu(cache, approximate, data, b):
+    fn = groups.layer_norm_gelu(shape=(B, 48), approximate=approximate)
+    k = kernel(f"ln_{approximate}", fn, cache)
+    x = strided(data, draw_array(data, (b, 48), special=False))
+    gamma, beta = draw_array(data, (48,), special=False), draw_array(data, (48,), special=False)
+    assert_close(k([x, gamma, beta]), reference(fn, [np.ascontiguousarray(x), gamma, beta]))
+
+
+@settings(max_examples=10)
+@given(data=st.data(), b=sizes)
+def test_reductions(cache, data, b):
+    fn = groups.reductions(shape=(B, 6, 10))
+    k = kernel("red", fn, cache)
+    x = strided(data, draw_array(data, (b, 6, 10), special=False))
+    y = draw_array(data, (10,), special=False)
+    assert_close(k([x, y]), reference(fn, [np.ascontiguousarray(x), y]))
+
+
+def test_max_min_nan_rule(cache):
+    """A NaN wins only as the first element of the scan (MindSpore CPU's rule, the interpreter's)."""
+    fn = groups.reductions(shape=(3, 6, 10))
+    k = compile_group(fn, cache=cache)
+    x = np.random.default_rng(1).standard_normal((3, 6, 10)).astype(np.float32)
+    x[0, 0, 0] = np.nan  # first along axis 0 for column (0, 0) -> NaN
+    x[2, 1, 1] = np.nan  # not first -> ignored
+    x[1, 2, 3] = np.inf
+    ref = reference(fn, [x, np.zeros(10, np.float32)])
+    out = k([x, np.zeros(10, np.float32)])
+    assert np.isnan(out[3][0, 0]) and not np.isnan(out[3][1, 1])  # outputs: add, relu, sum, max, ...
+    assert_close(out, ref)
+
+
+@settings(max_examples=10)
+@given(data=st.data(), b=sizes)
+def test_backward_chain(cache, data, b):
+    fn = groups.backward_chain(shape=(B, 32))
+    k = kernel("bwd", fn, cache)
+    dy, x = draw_array(data, (b, 32), special=False), strided(data, draw_array(data, (b, 32), special=False))
+    assert_close(k([dy, x]), reference(fn, [dy, np.ascontiguousarray(x)]))
+
+
+def test_special_values_chain(cache):
+    fn = groups.chain(shape=(B, 37))
+    k = kernel("chain", fn, cache)
+    x = np.resize(SPECIAL, (4, 37)).astype(np.float32)
+    m = np.resize(SPECIAL[::-1], (4, 37)).astype(np.float32)
+    assert_close(k([x, m]), reference(fn, [x, m]))
+
+
+def test_special_values_softmax(cache):
+    fn = groups.masked_softmax(shape=(B, S))
+    k = kernel("msoftmax", fn, cache)
+    x = np.zeros((4, 5), np.float32)
+    x[0, 1] = np.inf
+    x[1] = -np.inf
+    x[2, 3] = np.nan
+    x[3] = [1e-40, -1e-42, 80.0, -80.0, 0.0]
+    m = np.ones((4, 5), np.float32)
+    assert_close(k([x, m]), reference(fn, [x, m]))
+
+
+def test_views(cache):
+    """reshape (split and merge), transpose, slice, broadcast_to, expand_dims, squeeze, select."""
+    g = G()
+    x = g.param("f32", (B, 6, 4))
+    t = g.op("transpose", x, perm=(0, 2, 1))  # [B,4,6]
+    r = g.op("reshape", t, shape=(-1, 3))  # [B*8,3] (merge + split)
+    s = g.op("slice", x, begin=(0, 1, 0), end=(2**62, 6, 4), step=(1, 2, 3))  # [B,3,2]
+    e = g.op("expand_dims", g.op("select", x, axis=2, index=-1), axis=1)  # [B,1,6]
+    bc = g.op("broadcast_to", e, shape=(-1, 5, -1))  # [B,5,6]
+    g.op("squeeze", g.op("sum", bc, axis=(2,), keepdims=True), axis=(2,))  # [B,5]
+    g.op("exp", r)
+    g.op("neg", s)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    for b in (2, 5):
+        a = np.random.default_rng(b).standard_normal((b, 6, 4)).astype(np.float32)
+        assert_close(k([a]), reference(fn, [a]))
+        assert_close(k([a.transpose(1, 2, 0).copy().transpose(2, 0, 1)]), reference(fn, [a]))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_chain(cache, dtype):
+    fn = groups.chain(dtype=dtype, shape=(B, 20))
+    k = compile_group(fn, cache=cache)
+    rng = np.random.default_rng(3)
+    npdt = groups.np_dtype(dtype)
+    x, m = (rng.standard_normal((3, 20)).astype(npdt) for _ in range(2))
+    assert_close(k([x, m]), reference(fn, [x, m]), dtype)
+
+
+def test_integer_and_bool_ops(cache):
+    g = G()
+    a, b = g.param("i32", (B, 5)), g.param("i32", (5,))
+    s = g.op("add", g.op("mul", a, b), 7)
+    mx = g.op("maximum", s, g.op("neg", b))
+    c = g.op("gt", mx, 3)
+    w = g.op("where", c, mx, g.op("abs", a))
+    g.op("cast", w, dtype="f32")
+    g.op("sum", w, axis=(1,))
+    g.op("logical_and", c, g.op("logical_not", g.op("eq", a, 0)))
+    g.op("cast", g.op("mul", g.op("cast", a, dtype="f32"), 1e9), dtype="i8")  # x86 wrap via int32
+    g.op("div", a, b)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    rng = np.random.default_rng(4)
+    for n in (2, 6):
+        ai = rng.integers(-2**31, 2**31, (n, 5)).astype(np.int32)
+        bi = rng.integers(-3, 4, 5).astype(np.int32)
+        assert_close(k([ai, bi]), reference(fn, [ai, bi]))
+
+
+def test_zero_size_and_rank0(cache):
+    g = G()
+    x, y = g.param("f32", (0, 4)), g.param("f32", ())
+    g.op("sum", g.op("mul", x, y), axis=(0,))
+    g.op("mean", x, axis=(0,))
+    g.op("exp", y)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    x0, y0 = np.zeros((0, 4), np.float32), np.array(0.5, np.float32)
+    assert_close(k([x0, y0]), reference(fn, [x0, y0]))
+
+
+def test_one_compile_across_seq_lengths(tmp_path):
+    """A group with a symbolic seq dim compiles once for seq_len 32..512."""
+    c = KernelCache(str(tmp_path))
+    fn = groups.masked_softmax(shape=(4, S))
+    k = compile_group(fn, cache=c)
+    rng = np.random.default_rng(5)
+    for s in (32, 33, 64, 100, 128, 255, 256, 511, 512):
+        x = rng.standard_normal((4, s)).astype(np.float32)
+        m = (rng.random((4, s)) > 0.2).astype(np.float32)
+        k2 = compile_group(fn, cache=c)
+        assert_close(k2([x, m]), reference(fn, [x, m]))
+    assert c.stats()["compiles"] == 1 and c.stats()["hits"] == 9
+    assert k.key == k2.key
+
+
+def test_out_and_run_raw(cache):
+    fn = groups.chain(shape=(B, 37))
+    k = kernel("chain", fn, cache)
+    rng = np.random.default_rng(6)
+    x, m = (rng.standard_normal((3, 37)).astype(np.float32) for _ in range(2))
+    ref = reference(fn, [x, m])
+    outs = [np.empty_like(r, order="F") for r in ref]  # non-contiguous destinations
+    assert k([x, m], out=outs) is not None
+    assert_close(outs, ref)
+    raw = [np.empty_like(r) for r in ref]
+    k.run_raw([x.ctypes.data, m.ctypes.data], [x.shape, m.shape], [(37, 1), (37, 1)],
+              [o.ctypes.data for o in raw], [o.shape for o in raw])
+    assert_close(raw, ref)
+    with pytest.raises(ValueError):
+        k([x.astype(np.float64), m])
+
+
+def test_strict_ieee_bitwise_reproducible(cache):
+    fn = groups.layer_norm_gelu(shape=(B, 300))
+    k = compile_group(fn, cache=cache, strict_ieee=True)
+    assert "omp" not in k.source and "dvm_exp_hl" not in k.source
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal((64, 300)).astype(np.float32), rng.standard_normal(300).astype(np.float32),
+            rng.standard_normal(300).astype(np.float32)]
+    first = k(args)
+    for _ in range(3):
+        for a, b in zip(first, k(args)):
+            assert a.tobytes() == b.tobytes()
+    assert_close(first, reference(fn, args))
+
+
+def test_fast_math_is_close(cache):
+    fn = groups.chain(shape=(B, 37))
+    k = compile_group(fn, cache=cache, fast_math=True)
+    x, m = (np.random.default_rng(8).standard_normal((4, 37)).astype(np.float32) for _ in range(2))
+    for o, r in zip(k([x, m]), reference(fn, [x, m])):
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-5)
+
+
+def test_parallel_nest_matches(cache):
+    """Big enough for the OpenMP path (threshold 32768 elements)."""
+    fn = groups.masked_softmax(shape=(B, S))
+    k = kernel("msoftmax", fn, cache)
+    assert "#pragma omp parallel for" in k.source
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((256, 300)).astype(np.float32)
+    m = (rng.random((256, 300)) > 0.5).astype(np.float32)
+    assert_close(k([x, m]), reference(fn, [x, m]))
+
+
+def _unsupported_groups():
+    out = []
+    g = G()
+    a, b = g.param("f32", (4, 4)), g.param("f32", (4, 4))
+    g.op("matmul", a, b)
+    out.append(("matmul", g.fn()))
+    g = G()
+    a, i = g.param("f32", (4, 4)), g.param("i64", (2,))
+    g.op("gather", a, i)
+    out.append(("gather", g.fn()))
+    g = G()
+    g.op("dropout", g.param("f32", (4,)), p=0.5)
+    out.append(("dropout", g.fn()))
+    g = G()
+    g.op("exp", g.param("c64", (4,)))
+    out.append(("complex", g.fn()))
+    g = G()
+    g.op("floor_div", g.param("i32", (4,)), 3)
+    out.append(("int floor_div", g.fn()))
+    return out
+
+
+@pytest.mark.parametrize("name,fn", _unsupported_groups(), ids=lambda v: v if isinstance(v, str) else "")
+def test_unsupported(name, fn, cache):
+    ok, why = supports(fn)
+    assert not ok and why
+    with pytest.raises(CodegenError):
+        compile_group(fn, cache=cache)
+
+
+def test_missing_compiler_raises(monkeypatch, tmp_path):
+    from ms_dynvm.codegen import gcc
+
+    monkeypatch.setattr(gcc, "GCC", "no-such-cc-dvm")
+    gcc.compiler_info.cache_clear()
+    try:
+        with pytest.raises(CodegenError, match="not found"):
+            compile_group(groups.chain(shape=(2, 3)), cache=KernelCache(str(tmp_path)))
+    finally:
+        monkeypatch.undo()
+        gcc.compiler_info.cache_clear()
+
+
+def test_compiler_error_carries_output():
+    from ms_dynvm.codegen import gcc
+
+    with pytest.raises(CodegenError, match="error"):
+        gcc.compile_shared("int f( { }", gcc.flags())

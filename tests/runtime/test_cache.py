@@ -1,0 +1,175 @@
+"""Kernel cache: memory LRU, disk round trip (in a second process: nothing compiles), integrity
+checks (corrupted, truncated, tampered and foreign entries are never loaded), the 0700 directory,
+atomic writes, one build per key under concurrency, and the asynchronous API."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from ms_dynvm.runtime.cache import KernelCache, make_key, pack, unpack
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def counting_build(payload: bytes = b"payload", delay: float = 0.0):
+    calls = []
+
+    def build():
+        calls.append(1)
+        time.sleep(delay)
+        return payload
+
+    return build, calls
+
+
+def test_directory_is_private(tmp_path, monkeypatch):
+    d = tmp_path / "c"
+    monkeypatch.setenv("DYNVM_CACHE_DIR", str(d))
+    old = os.umask(0o022)
+    try:
+        KernelCache()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+
+
+def test_memory_then_disk_then_build(tmp_path):
+    key = make_key({"ir": "x"})
+    c = KernelCache(str(tmp_path))
+    build, calls = counting_build()
+    assert c.get_or_build(key, build) == b"payload"
+    assert c.get_or_build(key, build) == b"payload"
+    assert len(calls) == 1 and c.stats()["hits"] == 1 and c.stats()["compiles"] == 1
+    c2 = KernelCache(str(tmp_path))  # fresh memory, same disk
+    assert c2.get_or_build(key, build) == b"payload"
+    assert len(calls) == 1 and c2.stats()["disk_hits"] == 1 and c2.stats()["compiles"] == 0
+
+
+def test_key_depends_on_every_part():
+    base = {"ms_dynvm": "0.1", "compiler": "gcc 12", "flags": ["-O3"], "arch": "x86_64", "ir": "f"}
+    keys = {make_key(base)}
+    for k, v in [("ms_dynvm", "0.2"), ("compiler", "gcc 13"), ("flags", ["-O2"]), ("arch", "aarch64"), ("ir", "g")]:
+        keys.add(make_key({**base, k: v}))
+    assert len(keys) == 6 and make_key(dict(reversed(list(base.items())))) == make_key(base)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "tamper_key", "empty", "garbage"])
+def test_damaged_entries_are_never_loaded(tmp_path, damage):
+    key = make_key({"ir": damage})
+    c = KernelCache(str(tmp_path))
+    c.get_or_build(key, counting_build(b"good payload")[0])
+    path = c.path(key)
+    data = open(path, "rb").read()
+    if damage == "flip":
+        i = len(data) - 3
+        data = data[:i] + bytes([data[i] ^ 0x40]) + data[i + 1:]
+    elif damage == "truncate":
+        data = data[:-5]
+    elif damage == "tamper_key":  # a valid entry of another key, moved to this key's file
+        data = pack(make_key({"ir": "other"}), b"evil payload")
+    elif damage == "empty":
+        data = b""
+    else:
+        data = os.urandom(200)
+    with open(path, "wb") as f:
+        f.write(data)
+    loaded = []
+    c2 = KernelCache(str(tmp_path))
+    build, calls = counting_build(b"rebuilt")
+    assert c2.get_or_build(key, build, load_fn=lambda b: loaded.append(b) or b) == b"rebuilt"
+    assert loaded == [b"rebuilt"] and len(calls) == 1
+    assert c2.stats()["corrupt_entries"] == 1
+    assert unpack(key, open(path, "rb").read()) == b"rebuilt"  # replaced by a good entry
+
+
+def test_pack_unpack():
+    key = make_key({"a": 1})
+    blob = pack(key, b"xyz")
+    assert unpack(key, blob) == b"xyz"
+    assert unpack(make_key({"a": 2}), blob) is None
+    assert unpack(key, blob[:-1]) is None
+
+
+def test_concurrent_builds_of_one_key_compile_once(tmp_path):
+    c = KernelCache(str(tmp_path))
+    key = make_key({"ir": "concurrent"})
+    build, calls = counting_build(delay=0.2)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(c.get_or_build(key, build))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [b"payload"] * 6 and len(calls) == 1 and c.stats()["compiles"] == 1
+
+
+def test_submit_builds_in_background(tmp_path):
+    c = KernelCache(str(tmp_path))
+    build, calls = counting_build(delay=0.1)
+    main = threading.get_ident()
+    seen = []
+
+    def build_elsewhere():
+        seen.append(threading.get_ident())
+        return build()
+
+    fut = c.submit(make_key({"ir": "async"}), build_elsewhere)
+    assert fut.result(timeout=10) == b"payload"
+    assert seen and seen[0] != main and len(calls) == 1
+    assert c.get(make_key({"ir": "async"})) == b"payload"
+
+
+def test_lru_evicts_per_device(tmp_path):
+    c = KernelCache(str(tmp_path), capacity=2, disk=False)
+    for i in range(3):
+        c.get_or_build(f"k{i}", lambda i=i: bytes([i]))
+    c.get_or_build("k0", lambda: b"x", device="gpu")
+    assert c.get("k0") is None and c.get("k2") == bytes([2]) and c.get("k0", "gpu") == b"x"
+    assert c.stats()["evictions"] == 1
+
+
+def test_no_temp_files_left(tmp_path):
+    c = KernelCache(str(tmp_path))
+    c.get_or_build(make_key({"ir": "t"}), counting_build()[0])
+    names = [n for _, _, files in os.walk(tmp_path) for n in files]
+    assert names and all(n.endswith(".bin") and not n.startswith(".tmp") for n in names)
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {root!r})
+    import numpy as np
+    from ms_dynvm.codegen import compile_group
+    from ms_dynvm.runtime.cache import KernelCache
+    from tests.codegen.groups import chain, reference
+    c = KernelCache({d!r})
+    fn = chain()
+    k = compile_group(fn, cache=c)
+    x = np.linspace(-3, 3, 2 * 784, dtype=np.float32).reshape(2, 784)
+    ok = all(np.allclose(o, r, rtol=1e-5, atol=1e-6) for o, r in zip(k([x, x]), reference(fn, [x, x])))
+    print(json.dumps({{"stats": c.stats(), "ok": ok, "key": k.key}}))
+""")
+
+
+def test_disk_round_trip_in_a_second_process(tmp_path):
+    import json
+
+    d = str(tmp_path / "kc")
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _CHILD.format(root=ROOT, d=d)], capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["ok"] and second["ok"] and first["key"] == second["key"]
+    assert first["stats"]["compiles"] == 1
+    assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
