@@ -94,7 +94,7 @@ def test_chain_is_fused_served_and_correct_across_sizes(ref_backend):
     assert st["groups_compiled"] >= 1 and st["fused_ops"] > 0, st
     # The chain splits where `m` (never dispatched before) enters: two runs, each compiled ONCE for
     # a symbolic batch dim (the cost model waits for the second call, which shows B varying).
-    assert st["compiles"] == len(ref_backend) == 2, st
+    assert st["cache_misses"] == len(ref_backend) == 2, st  # kernels obtained (compiled or loaded)
     assert all(k.calls == len(sizes) - 2 for k in ref_backend), [k.calls for k in ref_backend]
     assert st["fusion_rate"] > 0.5, st
 
