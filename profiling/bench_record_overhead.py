@@ -6,7 +6,8 @@ side and interleaved (round-robin over the configurations, repeated), and report
 - eager:        no dispatch mode at all
 - passthrough:  an MsDispatchMode whose handler only calls `func(*args)`
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
-- record:       ms_dynvm.enable() (the default: every op recorded into bytecode blocks)
+- record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
+- record+jit:   ms_dynvm.enable(): recording plus tier-1 run tracking (and serving where compiled)
 
 Workloads: a 16-op elementwise/reduction chain on a 16x16 tensor (dispatch-bound, so the handler's
 cost dominates), and the forward+backward steps of the test workloads (profiling/workloads.py).
@@ -88,7 +89,7 @@ def main() -> None:
             fn(*inp)
         return (time.perf_counter() - t0) / calls
 
-    configs = ["eager", "passthrough", "count-only", "record"]
+    configs = ["eager", "passthrough", "count-only", "record", "record+jit"]
     times = {(c, n): [] for c in configs for n in cases}
     for name, (fn, inp) in cases.items():  # warm-up
         run(fn, inp, 3)
@@ -101,7 +102,7 @@ def main() -> None:
                     with PassThrough():
                         t = run(fn, inp, args.calls)
                 else:
-                    ms_dynvm.enable(record=(cfg == "record"))
+                    ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"))
                     try:
                         t = run(fn, inp, args.calls)
                     finally:
@@ -129,7 +130,7 @@ def main() -> None:
     rec_mod.Recorder.on_op = timed_on_op
     try:
         for name, (fn, inp) in cases.items():
-            ms_dynvm.enable()
+            ms_dynvm.enable(jit=False)
             try:
                 run(fn, inp, 3)
                 spent.clear()

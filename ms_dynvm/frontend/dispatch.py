@@ -126,11 +126,29 @@ def enable(**options) -> None:
             _S.atexit_registered = True
 
 
+_TIER1_OPTS = ("strict_ieee", "fast_math", "compile_threshold", "compile_policy", "kernel_threads")
+_tier1_by_opts: dict = {}
+
+
+def forget_compiled() -> None:
+    """Drop every tier-1 executor (run templates, kernels): the next enable() starts learning anew."""
+    _tier1_by_opts.clear()
+    if _S.mode is not None:
+        _S.mode.tier1 = _make_tier1(_S.recorder, _S.options)
+
+
 def _make_tier1(rec: Recorder, opts: Options) -> Tier1 | None:
+    """The tier-1 executor for these options. What it learned (run templates, counters, compiled
+    kernels) survives disable()/enable() in the process; only its transient state is reset."""
     if not (opts.jit and opts.record):
         rec.on_close = None
         return None
-    t1 = Tier1(rec, opts)
+    key = tuple(getattr(opts, k) for k in _TIER1_OPTS)
+    t1 = _tier1_by_opts.get(key)
+    if t1 is None:
+        t1 = _tier1_by_opts[key] = Tier1(rec, opts)
+    else:
+        t1.reset(rec, opts)
     rec.on_close = lambda reason: t1.end_run()
     return t1
 
@@ -139,8 +157,7 @@ def _apply(opts: Options) -> None:
     if opts.blocking and not _S.options.blocking:
         ms.runtime.launch_blocking()
     _S.recorder.opts = opts
-    tier1_opts = ("jit", "record", "strict_ieee", "fast_math", "compile_threshold", "compile_policy")
-    if any(getattr(opts, k) != getattr(_S.options, k) for k in tier1_opts):
+    if any(getattr(opts, k) != getattr(_S.options, k) for k in ("jit", "record") + _TIER1_OPTS):
         _S.mode.tier1 = _make_tier1(_S.recorder, opts)
     if opts.cell_boundaries != _S.options.cell_boundaries:
         _S.hooks.uninstall()

@@ -170,6 +170,15 @@ class Tier1:
         self._serial = 0
         self._warned = False
 
+    def reset(self, recorder, opts) -> None:
+        """Re-attach to a new recorder (a new enable()); drop transient state, keep what was learned."""
+        _set_kernel_threads(opts.kernel_threads)
+        self.recorder = recorder
+        self.opts = opts
+        self.hist.clear()
+        self.run = None
+        self.pending = None
+
     # --- serving ----------------------------------------------------------------------------------
     def serve(self, name: str, args):
         """Next op of the run being served: its precomputed result, or _MISS (run abandoned)."""

@@ -13,7 +13,7 @@ from mindspore import ops  # noqa: E402
 
 import ms_dynvm  # noqa: E402
 from ms_dynvm import codegen, dtypes  # noqa: E402
-from ms_dynvm.frontend import tier1 as t1mod  # noqa: E402
+from ms_dynvm.frontend import dispatch  # noqa: E402
 from ms_dynvm.runtime.interpreter import run_instr  # noqa: E402
 
 ms.runtime.launch_blocking()
@@ -67,8 +67,10 @@ def ref_backend(monkeypatch):
     monkeypatch.setattr(codegen, "compile_group", compile_group, raising=False)
     ms_dynvm.disable()
     ms_dynvm.reset_stats()
+    dispatch.forget_compiled()
     yield kernels
     ms_dynvm.disable()
+    dispatch.forget_compiled()
 
 
 def chain(x, m):
@@ -140,6 +142,7 @@ def test_compile_failure_is_a_counted_fallback_with_one_warning(monkeypatch):
     monkeypatch.setattr(codegen, "compile_group", broken, raising=False)
     ms_dynvm.disable()
     ms_dynvm.reset_stats()
+    dispatch.forget_compiled()
     ms_dynvm.enable(compile_threshold=1, compile_policy="threshold")
     with pytest.warns(RuntimeWarning, match="compiling a fused group failed"):
         for b in (4, 6):
@@ -179,3 +182,16 @@ def test_training_steps_match_eager_with_fusion_active(ref_backend, name):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert st["fused_ops"] > 0, st
     assert st["ops_by_phase"].get("bwd", 0) > 0
+
+
+def test_learned_runs_survive_disable_enable(ref_backend):
+    ms_dynvm.enable(compile_policy="threshold")
+    for b in (4, 6, 9):
+        chain(*inputs(b))
+    ms_dynvm.disable()
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(compile_policy="threshold")
+    chain(*inputs(7))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    assert st["cache_misses"] == 0 and st["cache_hits"] >= 1 and st["fused_ops"] > 0, st
