@@ -195,3 +195,27 @@ def test_learned_runs_survive_disable_enable(ref_backend):
     st = ms_dynvm.stats()
     ms_dynvm.disable()
     assert st["cache_misses"] == 0 and st["cache_hits"] >= 1 and st["fused_ops"] > 0, st
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer", "layernorm_gelu", "attention"])
+def test_training_with_real_c_kernels_matches_eager(name, tmp_path, monkeypatch):
+    """The same training steps with kernels compiled by GCC (not the reference backend)."""
+    import shutil
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    monkeypatch.setenv("DYNVM_CACHE_DIR", str(tmp_path / "cache"))
+    from ms_dynvm.runtime import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_DEFAULT", None)
+    ms_dynvm.disable()
+    ms_dynvm.reset_stats()
+    dispatch.forget_compiled()
+    ref_losses, ref_grads, _ = _train_losses(name, 4, enable=False)
+    losses, grads, st = _train_losses(name, 4, enable=True)
+    dispatch.forget_compiled()
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    for a, b in zip(ref_grads, grads):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert st["fused_ops"] > 0 and st["compiles"] > 0, st
+    assert not any("error" in k for k in st["fallbacks"]), st["fallbacks"]
