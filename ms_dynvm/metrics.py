@@ -39,6 +39,12 @@ class Metrics:
         self.fused_ops = 0  # ops whose result came from a fused kernel
 
     def snapshot(self) -> dict:
+        import sys
+
+        pool_stats = {}
+        pool_mod = sys.modules.get("ms_dynvm.runtime.memory_pool")
+        if pool_mod is not None and pool_mod._default is not None:
+            pool_stats = {f"pool_{k}": v for k, v in pool_mod.default_pool().stats().items()}
         seen = self.ops_seen
         opaque = sum(self.ops_opaque.values())
         return {
@@ -68,6 +74,7 @@ class Metrics:
             "fallbacks": dict(self.fallbacks),
             "fused_ops": self.fused_ops,
             "fusion_rate": self.fused_ops / seen if seen else 0.0,
+            **pool_stats,
         }
 
 

@@ -31,6 +31,10 @@ every tensor handed to Python is fully computed. MindSpore's autograd records th
 the returned results, so gradients stay right; backward ops are fused by the same machinery.
 
 Served ops are counted (`fused_ops`) but not re-recorded; later ops see their results as fresh inputs.
+
+Memory: kernel results live in buffers of the memory pool (`ms_dynvm.runtime.memory_pool`), wrapped
+zero-copy with `Tensor.from_numpy`. A buffer goes back to the pool when the last tensor (or array view)
+over it dies, and is reused only after the next safe point (the start of the next kernel launch).
 """
 
 from __future__ import annotations
@@ -158,9 +162,12 @@ class _Pending:
 
 class Tier1:
     def __init__(self, recorder, opts) -> None:
+        from ms_dynvm.runtime.memory_pool import default_pool
+
         _set_kernel_threads(opts.kernel_threads)
         self.recorder = recorder
         self.opts = opts
+        self.pool = default_pool()  # fused kernels' results: pooled, handed to MindSpore zero-copy
         self.cost = CostModel(threshold=opts.compile_threshold)
         self.templates: dict = {}  # key -> RunTemplate
         self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
@@ -281,11 +288,15 @@ class Tier1:
     def _launch(self, t: RunTemplate, kernel, fn: Function, bound: list, env: dict, first_args: list):
         self._serial += 1
         serial = self._serial
+        pool = self.pool
+        # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
+        # whose last tensor has died since become reusable.
+        pool.safe_point()
         out_arrays = []
         for r in fn.outputs:
             ty = fn.types[r]
             shape = tuple(env_dim(d, env) for d in ty.shape)
-            out_arrays.append(np.empty(shape, dtype=dtypes.to_numpy(ty.dtype)))
+            out_arrays.append(pool.array(shape, dtypes.to_numpy(ty.dtype)))
         in_ptrs, in_shapes, in_strides = [], [], []
         for x in bound:
             if isinstance(x, np.ndarray):
