@@ -126,7 +126,8 @@ def enable(**options) -> None:
             _S.atexit_registered = True
 
 
-_TIER1_OPTS = ("strict_ieee", "fast_math", "compile_threshold", "compile_policy", "kernel_threads")
+_TIER1_OPTS = ("strict_ieee", "fast_math", "compile_threshold", "compile_policy", "kernel_threads",
+               "pool_soft_cap_mb")
 _tier1_by_opts: dict = {}
 
 

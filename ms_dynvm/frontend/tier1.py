@@ -168,6 +168,9 @@ class Tier1:
         self.recorder = recorder
         self.opts = opts
         self.pool = default_pool()  # fused kernels' results: pooled, handed to MindSpore zero-copy
+        # Bounded: free blocks above the soft cap are returned at safe points (dynamic shapes make
+        # many sizes; without a cap the free lists would only grow).
+        self.pool.soft_cap = opts.pool_soft_cap_mb << 20
         self.cost = CostModel(threshold=opts.compile_threshold)
         self.templates: dict = {}  # key -> RunTemplate
         self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
@@ -180,6 +183,7 @@ class Tier1:
     def reset(self, recorder, opts) -> None:
         """Re-attach to a new recorder (a new enable()); drop transient state, keep what was learned."""
         _set_kernel_threads(opts.kernel_threads)
+        self.pool.soft_cap = opts.pool_soft_cap_mb << 20
         self.recorder = recorder
         self.opts = opts
         self.hist.clear()
