@@ -160,7 +160,7 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 TestPoolMachine = PoolMachine.TestCase
-TestPoolMachine.settings = settings(max_examples=50, stateful_step_count=50, deadline=None,
+TestPoolMachine.settings = settings(max_examples=100, stateful_step_count=50, deadline=None,
                                     suppress_health_check=[HealthCheck.too_slow])
 
 
