@@ -1,6 +1,7 @@
 """Memory-pool soak: a LayerNorm+GELU residual FFN training loop with seq_len random in 32..256.
 
-Runs `--steps` training steps (value_and_grad + SGD) under `ms_dynvm.enable(compile_policy="threshold")`
+Runs `--steps` training steps (value_and_grad + SGD) under
+`ms_dynvm.enable(compile_policy="threshold", pool_results=True)`
 so that tier 1 fuses the elementwise/norm runs and takes their results from the pool, and reports after
 a warm-up of `--warmup` steps:
 - pool peak reserved / peak live bytes (target <= 1.15),
@@ -61,7 +62,7 @@ def main() -> int:
     grad_fn = ms.value_and_grad(lambda x: (net(x) ** 2).mean(), None, opt.parameters)
     rng = np.random.default_rng(0)
     pool = default_pool()
-    ms_dynvm.enable(compile_policy="threshold")
+    ms_dynvm.enable(compile_policy="threshold", pool_results=True)
     t0 = time.perf_counter()
     rss_warm = None
     warm_stats = None

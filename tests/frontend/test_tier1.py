@@ -219,3 +219,17 @@ def test_training_with_real_c_kernels_matches_eager(name, tmp_path, monkeypatch)
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert st["fused_ops"] > 0 and st["compiles"] > 0, st
     assert not any("error" in k for k in st["fallbacks"]), st["fallbacks"]
+
+
+def test_pooled_results_stay_valid_while_the_pool_is_reused(ref_backend):
+    ms_dynvm.enable(compile_policy="threshold", pool_results=True)
+    kept = []
+    for i, b in enumerate((4, 6, 9, 5, 7, 8, 4, 6, 9, 5)):
+        x, m = inputs(b, i)
+        kept.append((chain(x, m), x.asnumpy(), m.asnumpy()))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, mr in kept:  # results handed out earlier were not overwritten by later reuse
+        want = np.tanh(np.maximum(np.exp(xr * 0.5 - 1.0) * mr + xr, 0) - 0.25)
+        np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-5, atol=1e-5)
+    assert st["fused_ops"] > 0 and st["pool_allocs"] > 0 and st["pool_reuse_rate"] > 0, st
