@@ -8,7 +8,7 @@ argument, where it came from:
 - ("out", j, k): result k of step j of the run;
 - ("ext", e): external input e, bound at the run's first op from its provenance: an argument of the
   first op (("arg", p)), or an argument/result of one of the last `HISTORY` dispatched ops
-  (("hist", d, kind, i)), checked at bind time against the op key recorded at that position;
+  (("hist", d, kind, i)), checked at bind time against the op name recorded at that position;
 - or, for a 0-d tensor that cannot be bound that way (MindSpore turns the Python scalar of `x - 1.0`
   into a fresh 0-d tensor at every call), ("const", bytes, dtype): its value, read when the run was
   recorded, is what the kernel uses, and when the op arrives the actual 0-d argument must hold exactly
@@ -67,12 +67,16 @@ _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, Reg)
 _MISS = object()
 
+# Views whose attributes hold sizes (reshape/broadcast_to targets, slice bounds) are left out: their
+# dispatched arguments carry the dynamic dims as literals, so every size would be a new run key and a
+# new compile (measured: 892 compiles in a 2000-step soak with seq_len varying, before this rule).
+SIZED_VIEWS = frozenset({"reshape", "broadcast_to", "slice", "select"})
 FUSIBLE = (
-    opcodes.ELEMENTWISE
-    | opcodes.VIEW
-    | frozenset({"sum", "mean", "max", "min", "prod", "softmax", "log_softmax", "layer_norm",
-                 "contiguous", "full_like"})
-) - frozenset({"dropout"})
+    (opcodes.ELEMENTWISE | opcodes.VIEW | frozenset({
+        "sum", "mean", "max", "min", "prod", "softmax", "log_softmax", "layer_norm", "contiguous",
+        "full_like"}))
+    - frozenset({"dropout"}) - SIZED_VIEWS
+)
 
 
 def _freeze(v):
@@ -277,7 +281,7 @@ class Tier1:
                 if d > len(hist):
                     return None
                 hkey, hargs, houts = hist[-d][:3]
-                if hkey != okey:
+                if hkey[0] != okey:
                     return None
                 seq = hargs if kind == "arg" else houts
                 if i >= len(seq):
@@ -400,10 +404,13 @@ class Tier1:
         if tag in run.first_arg_tags:
             return ("arg", run.first_arg_tags.index(tag))
         for d, (k, arg_tags, out_tags) in enumerate(run.hist, 1):
+            # Only the op's name is kept, not its arguments: those may hold dynamic sizes (a reshape
+            # target), which would make a new run key per size. Binding a wrong tensor is harmless:
+            # the identity check when the step arrives abandons the run.
             if tag in out_tags:
-                return ("hist", d, "out", out_tags.index(tag), k)
+                return ("hist", d, "out", out_tags.index(tag), k[0])
             if tag in arg_tags:
-                return ("hist", d, "arg", arg_tags.index(tag), k)
+                return ("hist", d, "arg", arg_tags.index(tag), k[0])
         return None
 
     def end_run(self) -> None:
