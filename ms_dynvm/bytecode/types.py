@@ -71,6 +71,16 @@ def dim_div(a, b):
     return Sym(tuple(rest), c) if rest else c
 
 
+def eval_dim(d, env: dict) -> int:
+    """The value of dim `d` with its symbols bound by `env` (KeyError for an unbound symbol)."""
+    if isinstance(d, int):
+        return d
+    v = d.coeff
+    for name in d.names:
+        v *= env[name]
+    return v
+
+
 def numel(shape) -> "int | Sym":
     out = 1
     for d in shape:

@@ -19,7 +19,7 @@ import numpy as np
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
-from ms_dynvm.bytecode.types import Sym, TensorType
+from ms_dynvm.bytecode.types import Sym, TensorType, eval_dim
 from ms_dynvm.codegen import c as c_backend
 from ms_dynvm.codegen import gcc
 from ms_dynvm.codegen.spec import CodegenError, KernelSpec, lower
@@ -104,15 +104,6 @@ def _bind(shape_decl, shape, env: dict, what: str) -> None:
             raise ValueError(f"{what}: cannot bind dim {d} to {n}")
 
 
-def _eval_dim(d, env: dict) -> int:
-    if isinstance(d, int):
-        return d
-    v = d.coeff
-    for name in d.names:
-        v *= env[name]
-    return v
-
-
 class CompiledKernel:
     """A compiled fusion group. `params`/`outputs`: [(register, TensorType)] in call order."""
 
@@ -137,7 +128,7 @@ class CompiledKernel:
 
     def out_shapes(self, env: dict) -> list[tuple]:
         try:
-            return [tuple(_eval_dim(d, env) for d in t.shape) for _, t in self.outputs]
+            return [tuple(eval_dim(d, env) for d in t.shape) for _, t in self.outputs]
         except KeyError as e:
             raise ValueError(f"symbolic dim {e} is not bound by any input") from None
 

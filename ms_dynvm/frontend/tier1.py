@@ -55,6 +55,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.bytecode.types import eval_dim
 from ms_dynvm.cost.model import CostModel, GroupStats
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.ir.function import Function
@@ -299,7 +300,7 @@ class Tier1:
         out_arrays = []
         for r in fn.outputs:
             ty = fn.types[r]
-            shape = tuple(env_dim(d, env) for d in ty.shape)
+            shape = tuple(eval_dim(d, env) for d in ty.shape)
             out_arrays.append(pool.array(shape, dtypes.to_numpy(ty.dtype)))
         in_ptrs, in_shapes, in_strides = [], [], []
         for x in bound:
@@ -558,15 +559,6 @@ def _desc(x) -> InputDesc:
     if isinstance(x, np.ndarray):
         return InputDesc(dtypes.from_numpy(x.dtype), x.shape, "contiguous")
     return InputDesc(_vm_dtype(x), tuple(x.shape), "contiguous" if x.is_contiguous() else "strided")
-
-
-def env_dim(d, env: dict) -> int:
-    if isinstance(d, int):
-        return d
-    out = d.coeff
-    for n in d.names:
-        out *= env[n]
-    return out
 
 
 _DT: dict = {}
