@@ -53,12 +53,12 @@ class DynVMMode(ms.MsDispatchMode):
             if t1.pending is not None:
                 res = t1.serve(name, args)
                 if res is not _MISS:
-                    _count_served(name)
+                    _count_served(name, self.recorder.phase)
                     return res
             if name in t1.starts:
                 res = t1.try_start(name, args)
                 if res is not _MISS:
-                    _count_served(name)
+                    _count_served(name, self.recorder.phase)
                     return res
         except Exception as e:  # noqa: BLE001 - fall back to eager, never break the script
             t1.pending = None
@@ -75,10 +75,11 @@ class DynVMMode(ms.MsDispatchMode):
         return out
 
 
-def _count_served(name: str) -> None:
+def _count_served(name: str, phase: str) -> None:
     m = METRICS
     m.ops_seen += 1
     m.ops_by_name[name] += 1
+    m.ops_by_phase[phase] += 1
 
 
 class _State:

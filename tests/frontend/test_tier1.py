@@ -233,3 +233,13 @@ def test_pooled_results_stay_valid_while_the_pool_is_reused(ref_backend):
         want = np.tanh(np.maximum(np.exp(xr * 0.5 - 1.0) * mr + xr, 0) - 0.25)
         np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-5, atol=1e-5)
     assert st["fused_ops"] > 0 and st["pool_allocs"] > 0 and st["pool_reuse_rate"] > 0, st
+
+
+def test_served_ops_are_counted_by_name_and_phase(ref_backend):
+    ms_dynvm.enable(compile_policy="threshold")
+    for b in (4, 6, 9, 5):
+        chain(*inputs(b))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    assert st["fused_ops"] > 0
+    assert sum(st["ops_by_phase"].values()) == st["ops_seen"] == sum(st["ops_by_name"].values()), st
