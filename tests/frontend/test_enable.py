@@ -181,3 +181,27 @@ def test_dump_dir_and_debug(tmp_path, capsys):
     prog = ms_dynvm.load_program(tmp_path / files[0])
     assert [i.op for i in prog.instrs()] == ["exp", "mul"]
     assert "= exp(" in capsys.readouterr().err
+
+
+def test_opaque_call_ends_its_block_and_is_counted():
+    from ms_dynvm.runtime.interpreter import InterpreterError
+
+    x = t(np.array([[3.0, 1.0, 2.0], [0.5, -1.0, 4.0]]))
+    with ms_dynvm.record() as rec:
+        y = ops.exp(x)
+        s, _ = ops.sort(y, axis=-1)  # no VM op for sort: an opaque call
+        z = s * 2.0
+    calls = [i for i in rec.program.instrs() if i.op == "call"]
+    assert calls and calls[0].attrs["target"] in ms_dynvm.stats()["ops_opaque"]
+    ends = [b.end for b in rec.program.blocks]
+    assert "call" in ends and rec.program.blocks[ends.index("call")].instrs[-1].op == "call"
+    inputs = [a.asnumpy() for a in rec.inputs]
+    with pytest.raises(InterpreterError):
+        ms_dynvm.interpret(rec.program, inputs)
+
+    def handler(instr, args):  # the caller supplies what the VM does not model
+        vals = np.sort(args[0], axis=-1)
+        return (vals, np.argsort(args[0], axis=-1, kind="stable").astype(np.int64))[:len(instr.outs)]
+
+    got = ms_dynvm.interpret(rec.program, inputs, call_handler=handler)
+    np.testing.assert_allclose(got[rec.output_index(z)], z.asnumpy(), rtol=1e-5)
