@@ -224,8 +224,20 @@ def _tensors(v) -> tuple:
     raise _Unsupported
 
 
+_DTYPE_BY_ID: dict[int, str] = {}
+
+
+def vm_dtype(ms_dtype) -> str:
+    """VM dtype of a MindSpore dtype object. They are singletons and hashing one costs about 1 us, so
+    they are looked up by id (the one place the frontend maps dtypes)."""
+    name = _DTYPE_BY_ID.get(id(ms_dtype))
+    if name is None:
+        name = _DTYPE_BY_ID[id(ms_dtype)] = from_mindspore_name(str(ms_dtype))
+    return name
+
+
 def _vm_dtype(t) -> str:
-    return from_mindspore_name(str(t.dtype))
+    return vm_dtype(t.dtype)
 
 
 def _one(op: str, operands: tuple, attrs: dict) -> Lowering:

@@ -37,7 +37,6 @@ from collections import deque
 import numpy as np
 from mindspore import Parameter, Tensor
 
-from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr, Program
 from ms_dynvm.bytecode.text import Reg
@@ -69,18 +68,7 @@ _VIEW_CANDIDATES = 8
 _VIEW_LIKE = _VIEW | {"split", "unstack"}
 _epochs = iter(range(1, 1 << 62))
 
-# id(MindSpore dtype object) -> VM dtype name. MindSpore dtype objects are singletons and hashing them
-# costs about 1 us, so they are looked up by id.
-_DTYPE_BY_ID: dict[int, str] = {}
-
-
-def _vm_dtype(ms_dtype) -> str:
-    name = _DTYPE_BY_ID.get(id(ms_dtype))
-    if name is None:
-        name = dtypes.from_mindspore_name(str(ms_dtype))
-        _DTYPE_BY_ID[id(ms_dtype)] = name
-    return name
-
+_vm_dtype = _norm.vm_dtype
 
 # (id(MindSpore dtype), shape, contiguous) -> TensorType: types repeat, and building a frozen,
 # validated TensorType costs more than the lookup.

@@ -58,6 +58,7 @@ from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import eval_dim
 from ms_dynvm.cost.model import CostModel, GroupStats
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
+from ms_dynvm.frontend.normalize import vm_dtype
 from ms_dynvm.ir.function import Function
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, check
@@ -129,10 +130,9 @@ class RunTemplate:
     key: tuple
     steps: list
     ext: list  # provenance per external input
-    function: Function  # concrete types (as first recorded)
     family: ShapeFamily = field(default_factory=ShapeFamily)
     stats: GroupStats = field(default_factory=GroupStats)
-    kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function)
+    kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function, guards)
 
 
 class _OpenRun:
@@ -220,7 +220,7 @@ class Tier1:
             self.pending = None
             t.stats.served += 1
         METRICS.fused_ops += 1
-        self._push_hist(step.key, tensors, outs)
+        self._push_hist(name, tensors, outs)
         return outs[0] if step.n_out == 1 else outs
 
     def _abandon(self, reason: str):
@@ -281,8 +281,8 @@ class Tier1:
                 _, d, kind, i, okey = prov
                 if d > len(hist):
                     return None
-                hkey, hargs, houts = hist[-d][:3]
-                if hkey[0] != okey:
+                hname, hargs, houts = hist[-d][:3]
+                if hname != okey:
                     return None
                 seq = hargs if kind == "arg" else houts
                 if i >= len(seq):
@@ -332,20 +332,20 @@ class Tier1:
             outs.append(tuple(res))
         self.pending = _Pending(t, serial, outs, ext_tags) if len(t.steps) > 1 else None
         METRICS.fused_ops += 1
-        self._push_hist(t.steps[0].key, first_args, outs[0])
+        self._push_hist(t.steps[0].key[0], first_args, outs[0])
         return outs[0][0] if t.steps[0].n_out == 1 else outs[0]
 
     # --- recording ---------------------------------------------------------------------------------
-    def _push_hist(self, key, arg_tensors, out_tensors, arg_tags=(), out_tags=()) -> None:
-        """History entry: (key, arg tensors, out tensors, arg recorder tags, out recorder tags).
-        Served ops have no recorder tags (they are not recorded), so they are never provenances."""
-        self.hist.append((key, arg_tensors, out_tensors, arg_tags, out_tags))
+    def _push_hist(self, name, arg_tensors, out_tensors, arg_tags=(), out_tags=()) -> None:
+        """History entry: (op name, arg tensors, out tensors, arg recorder tags, out recorder tags).
+        Only the name is kept (see `_provenance`). Served ops have no recorder tags (they are not
+        recorded), so they are never provenances."""
+        self.hist.append((name, arg_tensors, out_tensors, arg_tags, out_tags))
 
     def after_op(self, name: str, args, out, seconds: float) -> None:
         """An op ran eagerly and the recorder has recorded it (`recorder.last_op`)."""
         tensors = _tensors(args)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
-        key = step_key(name, args)
         arg_tags = [a._get_user_data(_RKEY) for a in tensors]
         out_tags = [o._get_user_data(_RKEY) for o in outs]
         last = self.recorder.last_op
@@ -355,8 +355,8 @@ class Tier1:
         if not fusible:
             self.end_run()
         else:
-            self._extend_run(key, tensors, outs, last, seconds, arg_tags, out_tags)
-        self._push_hist(key, tensors, outs, arg_tags, out_tags)
+            self._extend_run(step_key(name, args), tensors, outs, last, seconds, arg_tags, out_tags)
+        self._push_hist(name, tensors, outs, arg_tags, out_tags)
 
     def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
         block, start, end, out_regs = last
@@ -409,9 +409,9 @@ class Tier1:
             # target), which would make a new run key per size. Binding a wrong tensor is harmless:
             # the identity check when the step arrives abandons the run.
             if tag in out_tags:
-                return ("hist", d, "out", out_tags.index(tag), k[0])
+                return ("hist", d, "out", out_tags.index(tag), k)
             if tag in arg_tags:
-                return ("hist", d, "arg", arg_tags.index(tag), k[0])
+                return ("hist", d, "arg", arg_tags.index(tag), k)
         return None
 
     def end_run(self) -> None:
@@ -419,17 +419,16 @@ class Tier1:
         if run is None or len(run.steps) < 2:
             return
         key = (tuple(s.key for s in run.steps), tuple(s.srcs for s in run.steps), tuple(run.ext))
+        if any(r is None for r in run.ext_regs):
+            return
         t = self.templates.get(key)
         if t is None:
-            fn = self._function(run)
-            if fn is None:
-                return
-            t = self.templates[key] = RunTemplate(key, run.steps, run.ext, fn)
+            t = self.templates[key] = RunTemplate(key, run.steps, run.ext)
         st = t.stats
         st.calls += 1
         st.eager_calls += 1
         st.eager_seconds += run.seconds
-        types = run.block and self.recorder.program.types
+        types = self.recorder.program.types  # on_close runs before the block's program is dropped
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
         sig = t.family.observe(descs)
         if sig in t.kernels or st.failed:
@@ -445,13 +444,9 @@ class Tier1:
             hot = self.cost.should_compile(st, len(t.steps))
         if hot:
             # Generalise the function of THIS call: the signature's symbols group this call's dims.
-            fn = self._function(run)
-            if fn is not None:
-                self._compile(t, sig, fn)
+            self._compile(t, sig, self._function(run))
 
-    def _function(self, run: _OpenRun):
-        if any(r is None for r in run.ext_regs):
-            return None
+    def _function(self, run: _OpenRun) -> Function:
         types = self.recorder.program.types
         body = run.block.instrs[run.start:run.end]
         regs = set(run.ext_regs)
@@ -561,15 +556,9 @@ def _desc(x) -> InputDesc:
     return InputDesc(_vm_dtype(x), tuple(x.shape), "contiguous" if x.is_contiguous() else "strided")
 
 
-_DT: dict = {}
-
 
 def _vm_dtype(t) -> str:
-    dt = t.dtype
-    name = _DT.get(id(dt))
-    if name is None:
-        name = _DT[id(dt)] = dtypes.from_mindspore_name(str(dt))
-    return name
+    return vm_dtype(t.dtype)
 
 
 def generalize(fn: Function, sig, family: ShapeFamily):

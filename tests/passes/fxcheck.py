@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode.program import Instr, canonical_attrs
 from ms_dynvm.bytecode.text import Reg
-from ms_dynvm.bytecode.types import Sym, TensorType
+from ms_dynvm.bytecode.types import Sym, TensorType, eval_dim
 from ms_dynvm.ir import registry
 from ms_dynvm.ir.function import Function
 from ms_dynvm.ir.verifier import verify
@@ -40,7 +40,7 @@ def random_inputs(fn: Function, rng: np.random.Generator, sizes: dict | None = N
     out = []
     for p in fn.params:
         t = fn.types[p]
-        shape = tuple(_size(d, sizes or {}) for d in t.shape)
+        shape = tuple(eval_dim(d, sizes or {}) for d in t.shape)
         npdt = dtypes.to_numpy(t.dtype)
         if t.dtype == "bool":
             a = rng.random(shape) < 0.5
@@ -54,15 +54,6 @@ def random_inputs(fn: Function, rng: np.random.Generator, sizes: dict | None = N
                 a.reshape(-1)[idx] = rng.choice(SPECIAL, size=k).astype(npdt)
         out.append(np.asarray(a, dtype=npdt))
     return out
-
-
-def _size(d, sizes: dict) -> int:
-    if isinstance(d, int):
-        return d
-    n = d.coeff
-    for name in d.names:
-        n *= sizes[name]
-    return n
 
 
 def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
