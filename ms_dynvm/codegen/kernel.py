@@ -165,6 +165,33 @@ class CompiledKernel:
         self._launch(ptrs, strides, env)
         return list(out)
 
+    def prepare(self, in_shapes, in_strides, out_shapes):
+        """A launcher for calls whose inputs have exactly these shapes and element strides and whose
+        outputs are C-contiguous `out_shapes` (checked here, once): `go(ptrs)` runs the kernel on
+        host pointers, inputs then outputs. Everything that depends only on the shapes (sizes,
+        strides, the pointer-array type) is built here, so a launch costs one ctypes call; the
+        tier-1 executor caches launchers per input layout."""
+        env = self._sizes(in_shapes)
+        want = self.out_shapes(env)
+        if [tuple(s) for s in out_shapes] != want:
+            raise ValueError(f"out shapes {out_shapes}, expected {want}")
+        strides = [int(s) for st in in_strides for s in st]
+        for shape in want:
+            acc, st = 1, []
+            for d in reversed(shape):
+                st.append(acc)
+                acc *= d
+            strides.extend(reversed(st))
+        sizes = (ctypes.c_int64 * max(len(self.spec.syms), 1))(*[env[s] for s in self.spec.syms])
+        st = (ctypes.c_int64 * max(len(strides), 1))(*strides)
+        ptr_t = ctypes.c_void_p * max(len(self.params) + len(want), 1)
+        fn = self._fn
+
+        def go(ptrs) -> None:
+            fn(ptr_t(*ptrs), st, sizes)
+
+        return go
+
     def run_raw(self, in_ptrs, in_shapes, in_strides, out_ptrs, out_shapes) -> None:
         """Zero-copy entry: host pointers (ints), shapes, element strides of the inputs; outputs are
         C-contiguous buffers of `out_shapes` (checked against the shapes the kernel computes)."""

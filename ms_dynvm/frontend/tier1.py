@@ -50,6 +50,7 @@ from mindspore import Tensor
 from mindspore._c_expression import TensorPy
 
 _asnumpy = TensorPy.asnumpy  # the unhooked method: reading a 0-d constant is not a user sync point
+from ctypes import string_at as _string_at
 
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
@@ -65,9 +66,11 @@ from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, che
 
 HISTORY = 16
 MAX_KERNELS_PER_GROUP = 8
+MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, Reg)
 _MISS = object()
+_TOKEN_SPAN = 1 << 24  # tokens of one launch: serial * span + offset (offsets < span)
 
 # Views whose attributes hold sizes (reshape/broadcast_to targets, slice bounds) are left out: their
 # dispatched arguments carry the dynamic dims as literals, so every size would be a new run key and a
@@ -125,6 +128,50 @@ class Step:
     n_out: int
 
 
+class _StepPlan:
+    """How a served step recognises its op: name, and either positional argument checks (`flat`:
+    arity, the non-tensor arguments by position, the tensor positions) or the generic frozen-args
+    comparison when tensors are nested (lists) or the op uses the legacy (prim, name, args) form."""
+
+    __slots__ = ("name", "frozen", "flat", "nargs", "consts", "tpos", "checks", "n_out")
+
+    def __init__(self, step: Step, checks: tuple) -> None:
+        self.name, self.frozen = step.key
+        self.checks = checks
+        self.n_out = step.n_out
+        frozen = self.frozen
+        legacy = len(frozen) == 3 and type(frozen[1]) is str and frozen[2] != "<T>"
+        nested = any(isinstance(f, tuple) and "<T>" in _flatten(f) for f in frozen)
+        self.flat = not (legacy or nested)
+        self.nargs = len(frozen)
+        self.consts = tuple((i, f) for i, f in enumerate(frozen) if f != "<T>")
+        self.tpos = tuple(i for i, f in enumerate(frozen) if f == "<T>")
+
+    def match(self, args):
+        """The tensor arguments if `args` match the recorded step's non-tensor arguments, else None."""
+        if not self.flat:
+            return _tensors(args) if _args_match(self.frozen, args) else None
+        if len(args) != self.nargs:
+            return None
+        for i, f in self.consts:
+            a = args[i]
+            if isinstance(a, Tensor) or _freeze(a) != f:
+                return None
+        out = [args[i] for i in self.tpos]
+        for a in out:
+            if not isinstance(a, Tensor):
+                return None
+        return out
+
+
+def _flatten(v):
+    if isinstance(v, tuple):
+        for x in v:
+            yield from _flatten(x)
+    else:
+        yield v
+
+
 @dataclass
 class RunTemplate:
     key: tuple
@@ -133,6 +180,49 @@ class RunTemplate:
     family: ShapeFamily = field(default_factory=ShapeFamily)
     stats: GroupStats = field(default_factory=GroupStats)
     kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function, guards)
+    launches: dict = field(default_factory=dict)  # input (dtype, shape, strides)s -> _Launch
+
+    def __post_init__(self) -> None:
+        # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
+        # the steps' ("ext", e) sources renumbered, so that kernel parameter e is bound input e.
+        order = ([e for e, p in enumerate(self.ext) if p[0] != "const"]
+                 + [e for e, p in enumerate(self.ext) if p[0] == "const"])
+        if order != list(range(len(self.ext))):
+            new_index = {old: new for new, old in enumerate(order)}
+            self.ext = [self.ext[e] for e in order]
+            self.steps = [Step(s.key, tuple(("ext", new_index[src[1]]) if src[0] == "ext" else src
+                                            for src in s.srcs), s.n_out) for s in self.steps]
+            self.ext_order = order
+        else:
+            self.ext_order = None
+        self.n_tensor_ext = sum(1 for p in self.ext if p[0] != "const")
+        self.ext_tensors = self.ext[:self.n_tensor_ext]
+        self.const_arrays = [np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).copy()
+                             for p in self.ext[self.n_tensor_ext:]]
+        self.first_alias = [(i, self.ext[src[1]][1]) for i, src in enumerate(self.steps[0].srcs)
+                            if src[0] == "ext" and self.ext[src[1]][0] == "arg"
+                            and self.ext[src[1]][1] != i]
+        # Serving plan per step: how to match the arriving op's arguments, and the token (an int
+        # offset from the launch's base token, see `_launch`) or constant each tensor argument must
+        # carry. Tokens: external input e -> e; result k of step j -> n_ext + (its index among all
+        # results).
+        n_ext = len(self.ext)
+        first_out, i = [], n_ext
+        for st in self.steps:
+            first_out.append(i)
+            i += st.n_out
+        self.plans = []
+        for st in self.steps:
+            checks = []
+            for src in st.srcs:
+                if src[0] == "out":
+                    checks.append(first_out[src[1]] + src[2])
+                elif self.ext[src[1]][0] == "const":
+                    prov = self.ext[src[1]]
+                    checks.append((prov[1], prov[2]))
+                else:
+                    checks.append(src[1])
+            self.plans.append(_StepPlan(st, tuple(checks)))
 
 
 class _OpenRun:
@@ -153,17 +243,28 @@ class _OpenRun:
         self.seconds = 0.0
 
 
+class _Launch:
+    """A prepared launch of one kernel for one input layout: `go(ptrs)` runs it (pointers: tensor
+    inputs, constants, outputs), `out_specs` are the results' (shape, NumPy dtype)."""
+
+    __slots__ = ("go", "out_specs", "const_ptrs")
+
+    def __init__(self, go, out_specs, const_ptrs):
+        self.go = go
+        self.out_specs = out_specs
+        self.const_ptrs = const_ptrs
+
+
 class _Pending:
     """A compiled run being served."""
 
-    __slots__ = ("template", "serial", "outs", "step", "ext_tags")
+    __slots__ = ("template", "base", "outs", "step")
 
-    def __init__(self, template, serial, outs, ext_tags):
+    def __init__(self, template, base, outs):
         self.template = template
-        self.serial = serial
+        self.base = base  # the launch's base token (see RunTemplate.plans)
         self.outs = outs  # per step: tuple of Tensors
         self.step = 1
-        self.ext_tags = ext_tags
 
 
 class Tier1:
@@ -196,32 +297,30 @@ class Tier1:
         """Next op of the run being served: its precomputed result, or _MISS (run abandoned)."""
         p = self.pending
         t = p.template
-        step = t.steps[p.step]
-        if name != step.key[0] or not _args_match(step.key[1], args):
+        plan = t.plans[p.step]
+        tensors = plan.match(args) if name == plan.name else None
+        if tensors is None:
             return self._abandon("op_mismatch")
-        tensors = _tensors(args)
-        if len(tensors) != len(step.srcs):
+        checks = plan.checks
+        if len(tensors) != len(checks):
             return self._abandon("arity_mismatch")
-        for a, src in zip(tensors, step.srcs):
-            if src[0] == "out":
-                if a._get_user_data(_T1KEY) != (p.serial, src[1], src[2]):
+        base = p.base
+        for a, want in zip(tensors, checks):
+            if type(want) is int:
+                if a._get_user_data(_T1KEY) != base + want:
                     return self._abandon("input_mismatch")
-                continue
-            want = p.ext_tags[src[1]]
-            if want is None:  # a constant: the argument must hold the recorded bytes
-                prov = t.ext[src[1]]
-                if a.shape != () or _vm_dtype(a) != prov[2] or _asnumpy(a).tobytes() != prov[1]:
-                    return self._abandon("constant_mismatch")
-            elif a._get_user_data(_T1KEY) != want:
-                return self._abandon("input_mismatch")
+            # A constant: the argument must be a 0-d tensor holding exactly the recorded bytes.
+            elif (a.shape != () or _vm_dtype(a) != want[1]
+                  or _string_at(a._data_ptr(), a._itemsize) != want[0]):
+                return self._abandon("constant_mismatch")
         outs = p.outs[p.step]
         p.step += 1
         if p.step == len(t.steps):
             self.pending = None
             t.stats.served += 1
         METRICS.fused_ops += 1
-        self._push_hist(name, tensors, outs)
-        return outs[0] if step.n_out == 1 else outs
+        self.hist.append((name, tensors, outs, (), ()))
+        return outs[0] if plan.n_out == 1 else outs
 
     def _abandon(self, reason: str):
         METRICS.fallbacks[f"tier1: {reason}"] += 1
@@ -234,10 +333,9 @@ class Tier1:
         cands = self.starts.get(name)
         if not cands:
             return _MISS
-        key = step_key(name, args)
         tensors = None
         for t in cands:
-            if t.steps[0].key != key:
+            if not _args_match(t.steps[0].key[1], args):
                 continue
             if tensors is None:
                 tensors = _tensors(args)
@@ -245,95 +343,120 @@ class Tier1:
             if bound is None:
                 METRICS.guard_failures["unbindable_input"] += 1
                 continue
-            descs = [_desc(x) for x in bound]
-            sig = t.family.signature(descs)
-            entry = t.kernels.get(sig)
-            if entry is None:
-                METRICS.guard_failures["no_kernel_for_signature"] += 1
-                continue
-            kernel, fn, guards = entry
-            env = check(guards, descs)
-            if isinstance(env, GuardFailure):
-                METRICS.guard_failures[env.reason] += 1
-                continue
+            # The launch depends only on the inputs' dtypes, shapes and strides: look it up by them
+            # (cheap), and run the signature and guard machinery only for a new layout.
+            lkey = tuple([(_vm_dtype(x), x.shape, tuple(x.stride())) for x in bound[:t.n_tensor_ext]])
+            launch = t.launches.get(lkey)
+            if launch is None:
+                launch = self._prepare(t, bound)
+                if launch is None:
+                    continue
+                if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
+                    t.launches.clear()
+                t.launches[lkey] = launch
             METRICS.cache_hits += 1
-            return self._launch(t, kernel, fn, bound, env, tensors)
+            return self._launch(t, launch, bound, tensors)
         return _MISS
 
     def _bind(self, t: RunTemplate, first_args: list):
+        """The external inputs for a call starting with `first_args`: tensors first (in
+        `t.ext` order of the non-constant provenances), then the constants (0-d NumPy arrays, the
+        same objects every call). None when one cannot be bound."""
         # The first op's own arguments must have the recorded identities: Mul(h, h) and Mul(a, b)
         # have the same key. Two arguments recorded as one tensor must alias exactly (same address,
         # shape and strides), which implies equal values.
-        for i, src in enumerate(t.steps[0].srcs):
-            prov = t.ext[src[1]]
-            if prov[0] == "arg" and prov[1] != i and not _aliases(first_args[i], first_args[prov[1]]):
+        for i, p in t.first_alias:
+            if not _aliases(first_args[i], first_args[p]):
                 return None
         out = []
         hist = self.hist
-        for prov in t.ext:
-            if prov[0] == "const":
-                out.append(np.frombuffer(prov[1], dtype=dtypes.to_numpy(prov[2])).reshape(()))
-            elif prov[0] == "arg":
-                if prov[1] >= len(first_args):
+        n_args = len(first_args)
+        for prov in t.ext_tensors:
+            if prov[0] == "arg":
+                if prov[1] >= n_args:
                     return None
                 out.append(first_args[prov[1]])
             else:
                 _, d, kind, i, okey = prov
                 if d > len(hist):
                     return None
-                hname, hargs, houts = hist[-d][:3]
-                if hname != okey:
+                h = hist[-d]
+                if h[0] != okey:
                     return None
-                seq = hargs if kind == "arg" else houts
+                seq = h[1] if kind == "arg" else h[2]
                 if i >= len(seq):
                     return None
                 out.append(seq[i])
+        out.extend(t.const_arrays)
         return out
 
-    def _launch(self, t: RunTemplate, kernel, fn: Function, bound: list, env: dict, first_args: list):
+    def _prepare(self, t: RunTemplate, bound: list):
+        """A launch for a new input layout: signature, guards, kernel, output shapes. None (counted)
+        when no compiled kernel may serve it."""
+        descs = [_desc(x) for x in bound]
+        sig = t.family.signature(descs)
+        entry = t.kernels.get(sig)
+        if entry is None:
+            METRICS.guard_failures["no_kernel_for_signature"] += 1
+            return None
+        kernel, fn, guards = entry
+        env = check(guards, descs)
+        if isinstance(env, GuardFailure):
+            METRICS.guard_failures[env.reason] += 1
+            return None
+        out_specs = []
+        for r in fn.outputs:
+            ty = fn.types[r]
+            out_specs.append((tuple(eval_dim(d, env) for d in ty.shape), dtypes.to_numpy(ty.dtype)))
+        in_shapes = [tuple(x.shape) for x in bound]
+        in_strides = [tuple(s // x.itemsize for s in x.strides) if isinstance(x, np.ndarray)
+                      else tuple(x.stride()) for x in bound]
+        out_shapes = [s for s, _ in out_specs]
+        prepare = getattr(kernel, "prepare", None)
+        if prepare is not None:
+            go = prepare(in_shapes, in_strides, out_shapes)
+        else:  # a kernel with only the raw entry (the tests' reference backend)
+            n_in = len(bound)
+
+            def go(ptrs, _k=kernel):
+                _k.run_raw(ptrs[:n_in], in_shapes, in_strides, ptrs[n_in:], out_shapes)
+        const_ptrs = [a.ctypes.data for a in t.const_arrays]
+        return _Launch(go, out_specs, const_ptrs)
+
+    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list):
         self._serial += 1
         serial = self._serial
         pool = self.pool
         # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
         # whose last tensor has died since become reusable.
-        pool.safe_point()
-        out_arrays = []
-        for r in fn.outputs:
-            ty = fn.types[r]
-            shape = tuple(eval_dim(d, env) for d in ty.shape)
-            out_arrays.append(pool.array(shape, dtypes.to_numpy(ty.dtype)))
-        in_ptrs, in_shapes, in_strides = [], [], []
-        for x in bound:
-            if isinstance(x, np.ndarray):
-                in_ptrs.append(x.ctypes.data)
-                in_shapes.append(x.shape)
-                in_strides.append(tuple(s // x.itemsize for s in x.strides))
-            else:
-                in_ptrs.append(x._data_ptr())
-                in_shapes.append(tuple(x.shape))
-                in_strides.append(tuple(x.stride()))
-        kernel.run_raw(in_ptrs, in_shapes, in_strides,
-                       [a.ctypes.data for a in out_arrays], [a.shape for a in out_arrays])
-        ext_tags = []
-        for e, x in enumerate(bound):
-            if isinstance(x, np.ndarray):
-                ext_tags.append(None)
-                continue
-            tag = (serial, "ext", e)
-            x._set_user_data(_T1KEY, tag)
-            ext_tags.append(tag)
-        outs, it = [], iter(out_arrays)
-        for j, step in enumerate(t.steps):
-            res = []
-            for k in range(step.n_out):
-                ten = Tensor.from_numpy(next(it))
-                ten._set_user_data(_T1KEY, (serial, j, k))
-                res.append(ten)
-            outs.append(tuple(res))
-        self.pending = _Pending(t, serial, outs, ext_tags) if len(t.steps) > 1 else None
+        alloc = np.empty if pool is _FreshArrays else pool.array
+        if pool is not _FreshArrays:
+            pool.safe_point()
+        n_t = t.n_tensor_ext
+        ptrs = [x._data_ptr() for x in bound[:n_t]]
+        ptrs += launch.const_ptrs
+        outs = []
+        for shape, dt in launch.out_specs:
+            ten = Tensor.from_numpy(alloc(shape, dt))
+            ptrs.append(ten._data_ptr())
+            outs.append(ten)
+        launch.go(ptrs)
+        base = serial * _TOKEN_SPAN
+        for e in range(n_t):
+            bound[e]._set_user_data(_T1KEY, base + e)
+        grouped, i = [], 0
+        tok = base + len(t.ext)
+        for step in t.steps:
+            res = outs[i:i + step.n_out]
+            for ten in res:
+                ten._set_user_data(_T1KEY, tok)
+                tok += 1
+            grouped.append(tuple(res))
+            i += step.n_out
+        self.pending = _Pending(t, base, grouped) if len(t.steps) > 1 else None
         METRICS.fused_ops += 1
-        self._push_hist(t.steps[0].key[0], first_args, outs[0])
-        return outs[0][0] if t.steps[0].n_out == 1 else outs[0]
+        self._push_hist(t.steps[0].key[0], first_args, grouped[0])
+        return grouped[0][0] if t.steps[0].n_out == 1 else grouped[0]
 
     # --- recording ---------------------------------------------------------------------------------
     def _push_hist(self, name, arg_tensors, out_tensors, arg_tags=(), out_tags=()) -> None:
@@ -421,6 +544,8 @@ class Tier1:
         key = (tuple(s.key for s in run.steps), tuple(s.srcs for s in run.steps), tuple(run.ext))
         if any(r is None for r in run.ext_regs):
             return
+        if len(run.ext) + sum(s.n_out for s in run.steps) >= _TOKEN_SPAN:
+            return  # more values than one launch's token range (only with a huge max_block_ops)
         t = self.templates.get(key)
         if t is None:
             t = self.templates[key] = RunTemplate(key, run.steps, run.ext)
@@ -429,6 +554,8 @@ class Tier1:
         st.eager_calls += 1
         st.eager_seconds += run.seconds
         types = self.recorder.program.types  # on_close runs before the block's program is dropped
+        if t.ext_order is not None:  # the template binds tensors first, then constants
+            run.ext_regs = [run.ext_regs[e] for e in t.ext_order]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
         sig = t.family.observe(descs)
         if sig in t.kernels or st.failed:
