@@ -333,19 +333,17 @@ class Tier1:
         cands = self.starts.get(name)
         if not cands:
             return _MISS
-        tensors = None
         for t in cands:
-            if not _args_match(t.steps[0].key[1], args):
-                continue
+            tensors = t.plans[0].match(args)
             if tensors is None:
-                tensors = _tensors(args)
+                continue
             bound = self._bind(t, tensors)
             if bound is None:
                 METRICS.guard_failures["unbindable_input"] += 1
                 continue
             # The launch depends only on the inputs' dtypes, shapes and strides: look it up by them
             # (cheap), and run the signature and guard machinery only for a new layout.
-            lkey = tuple([(_vm_dtype(x), x.shape, tuple(x.stride())) for x in bound[:t.n_tensor_ext]])
+            lkey = tuple([(vm_dtype(x.dtype), x.shape, tuple(x.stride())) for x in bound[:t.n_tensor_ext]])
             launch = t.launches.get(lkey)
             if launch is None:
                 launch = self._prepare(t, bound)
