@@ -243,3 +243,43 @@ def test_served_ops_are_counted_by_name_and_phase(ref_backend):
     ms_dynvm.disable()
     assert st["fused_ops"] > 0
     assert sum(st["ops_by_phase"].values()) == st["ops_seen"] == sum(st["ops_by_name"].values()), st
+
+
+def test_a_different_scalar_constant_is_not_served_the_recorded_one(ref_backend):
+    ms_dynvm.enable(compile_policy="threshold")
+    for b in (4, 6, 9):
+        chain(*inputs(b))
+    x, m = inputs(5, 3)
+    # Same ops and shapes, but `x * 0.5 - 2.0`: the 0-d constant MindSpore makes for 2.0 differs from
+    # the recorded 1.0, so the served run is abandoned at that op and the rest runs eagerly.
+    y = ops.tanh(ops.relu(ops.exp(x * 0.5 - 2.0) * m + x) - 0.25)
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    xr, mr = x.asnumpy(), m.asnumpy()
+    want = np.tanh(np.maximum(np.exp(xr * 0.5 - 2.0) * mr + xr, 0) - 0.25)
+    np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-5, atol=1e-5)
+    assert st["fallbacks"].get("tier1: constant_mismatch", 0) >= 1, st["fallbacks"]
+
+
+def test_one_prepared_launch_per_input_layout(ref_backend, monkeypatch):
+    from ms_dynvm.frontend import tier1
+
+    monkeypatch.setattr(tier1, "MAX_LAUNCHES_PER_GROUP", 3)
+    ms_dynvm.enable(compile_policy="threshold")
+    sizes = (4, 6, 9, 4, 6, 9, 4, 6, 5, 7, 8, 4)
+    got = []
+    for i, b in enumerate(sizes):
+        x, m = inputs(b, i)
+        got.append((chain(x, m).asnumpy(), x.asnumpy(), m.asnumpy()))
+    t1 = dispatch._S.mode.tier1
+    templates = [t for t in t1.templates.values() if t.kernels]
+    ms_dynvm.disable()
+    for y, xr, mr in got:
+        want = np.tanh(np.maximum(np.exp(xr * 0.5 - 1.0) * mr + xr, 0) - 0.25)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert templates
+    for t in templates:
+        # Bounded (cleared when full), and keyed by the inputs' exact layouts.
+        assert 1 <= len(t.launches) <= 3, t.launches
+        for key in t.launches:
+            assert all(len(k) == 3 and isinstance(k[1], tuple) for k in key), key
