@@ -15,10 +15,19 @@ with
   cache makes it cheap, and the executor passes `cached=True` then.
 
 A group whose compile failed is never promoted again (the failure is counted as a fallback).
+
+After compiling, measurement decides (`SizeSwitch`): per size class of the group's first input
+(the bit length of its element count, so roughly per batch size), the executor keeps the handler time
+of recent served calls and of recent eager calls (those from before the compile, then one probe call in
+`PROBE_EVERY` run eagerly on purpose), and serves the class only while its median served time is not
+above its median eager time (with 5% hysteresis). A class switched off still serves one call in
+`PROBE_EVERY`, so it switches back on when serving becomes cheaper (a warmer cache, other sizes).
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -64,3 +73,60 @@ class CostModel:
             return False
         future = stats.calls
         return self.predicted_saving(stats, n_ops) * future > self.compile_cost(cached)
+
+
+class _SizeClass:
+    __slots__ = ("eager", "served", "on", "n")
+
+    def __init__(self, window: int) -> None:
+        self.eager: deque = deque(maxlen=window)
+        self.served: deque = deque(maxlen=window)
+        self.on = True
+        self.n = 0
+
+
+class SizeSwitch:
+    """Serve or run eagerly, per size class, by measured time (see the module docstring)."""
+
+    PROBE_EVERY = 16
+    MIN_SAMPLES = 3
+    WINDOW = 9
+    HYSTERESIS = 0.05
+
+    def __init__(self) -> None:
+        self.classes: dict = {}
+
+    @staticmethod
+    def size_class(numel: int) -> int:
+        return int(numel).bit_length()
+
+    def _get(self, cls: int) -> _SizeClass:
+        c = self.classes.get(cls)
+        if c is None:
+            c = self.classes[cls] = _SizeClass(self.WINDOW)
+        return c
+
+    def should_serve(self, cls: int) -> bool:
+        """Decide for one call of size class `cls`."""
+        c = self._get(cls)
+        c.n += 1
+        probe = c.n % self.PROBE_EVERY == 0
+        if not c.on:
+            return probe
+        if len(c.eager) < self.MIN_SAMPLES and len(c.served) >= self.MIN_SAMPLES:
+            probe = probe or c.n % 4 == 0  # no eager measurement of this class yet: probe sooner
+        return not probe
+
+    def record(self, cls: int, seconds: float, served: bool) -> None:
+        c = self._get(cls)
+        (c.served if served else c.eager).append(seconds)
+        if len(c.eager) >= self.MIN_SAMPLES and len(c.served) >= self.MIN_SAMPLES:
+            s, e = statistics.median(c.served), statistics.median(c.eager)
+            if c.on and s > e * (1 + self.HYSTERESIS):
+                c.on = False
+            elif not c.on and s < e * (1 - self.HYSTERESIS):
+                c.on = True
+
+    def is_on(self, cls: int) -> bool:
+        c = self.classes.get(cls)
+        return c is None or c.on

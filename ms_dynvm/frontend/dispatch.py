@@ -69,6 +69,11 @@ class DynVMMode(ms.MsDispatchMode):
         try:
             self.recorder.on_op(name, args, out)
             t1.after_op(name, args, out, dt)
+            run = t1.run
+            if run is not None:  # the run's eager wall time, for tier 1's measured on/off switch
+                if run.t_first is None:
+                    run.t_first = t0
+                run.t_last = _perf()
         except Exception as e:  # noqa: BLE001
             self.recorder.on_error(name, e)
             t1.run = None

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from time import perf_counter as _perf
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -57,7 +58,7 @@ from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import eval_dim
-from ms_dynvm.cost.model import CostModel, GroupStats
+from ms_dynvm.cost.model import CostModel, GroupStats, SizeSwitch
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.frontend.normalize import vm_dtype
 from ms_dynvm.ir.function import Function
@@ -181,6 +182,7 @@ class RunTemplate:
     stats: GroupStats = field(default_factory=GroupStats)
     kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function, guards)
     launches: dict = field(default_factory=dict)  # input (dtype, shape, strides)s -> _Launch
+    switch: SizeSwitch = field(default_factory=SizeSwitch)  # serve or not, per size class
 
     def __post_init__(self) -> None:
         # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
@@ -241,30 +243,35 @@ class _OpenRun:
         self.hist = hist_snapshot  # history before the run: list of (key, arg tags, out tags), newest first
         self.first_arg_tags: list = []
         self.seconds = 0.0
+        self.t_first = None  # perf_counter at the first op's handler entry (set by the handler)
+        self.t_last = 0.0  # ... and at the last op's handler exit
 
 
 class _Launch:
     """A prepared launch of one kernel for one input layout: `go(ptrs)` runs it (pointers: tensor
     inputs, constants, outputs), `out_specs` are the results' (shape, NumPy dtype)."""
 
-    __slots__ = ("go", "out_specs", "const_ptrs")
+    __slots__ = ("go", "out_specs", "const_ptrs", "size_class")
 
-    def __init__(self, go, out_specs, const_ptrs):
+    def __init__(self, go, out_specs, const_ptrs, size_class):
         self.go = go
         self.out_specs = out_specs
         self.const_ptrs = const_ptrs
+        self.size_class = size_class
 
 
 class _Pending:
     """A compiled run being served."""
 
-    __slots__ = ("template", "base", "outs", "step")
+    __slots__ = ("template", "base", "outs", "step", "t_first", "size_class")
 
-    def __init__(self, template, base, outs):
+    def __init__(self, template, base, outs, t_first, size_class):
         self.template = template
         self.base = base  # the launch's base token (see RunTemplate.plans)
         self.outs = outs  # per step: tuple of Tensors
         self.step = 1
+        self.t_first = t_first  # perf_counter at the first op's handler entry
+        self.size_class = size_class
 
 
 class Tier1:
@@ -315,10 +322,14 @@ class Tier1:
                 return self._abandon("constant_mismatch")
         outs = p.outs[p.step]
         p.step += 1
+        METRICS.fused_ops += 1
         if p.step == len(t.steps):
             self.pending = None
             t.stats.served += 1
-        METRICS.fused_ops += 1
+            # Served-time sample: wall time from the first op's handler entry to now, so it includes
+            # what runs between the ops (the same user code as in an eager call, plus MindSpore's
+            # per-op work outside the handler).
+            t.switch.record(p.size_class, _perf() - p.t_first, True)
         self.hist.append((name, tensors, outs, (), ()))
         return outs[0] if plan.n_out == 1 else outs
 
@@ -333,6 +344,7 @@ class Tier1:
         cands = self.starts.get(name)
         if not cands:
             return _MISS
+        t0 = _perf()
         for t in cands:
             tensors = t.plans[0].match(args)
             if tensors is None:
@@ -352,8 +364,13 @@ class Tier1:
                 if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
                     t.launches.clear()
                 t.launches[lkey] = launch
+            if not t.switch.should_serve(launch.size_class):
+                on = t.switch.is_on(launch.size_class)
+                METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
+                continue
             METRICS.cache_hits += 1
-            return self._launch(t, launch, bound, tensors)
+            self.end_run()  # the eager run before this one is complete
+            return self._launch(t, launch, bound, tensors, t0)
         return _MISS
 
     def _bind(self, t: RunTemplate, first_args: list):
@@ -419,9 +436,9 @@ class Tier1:
             def go(ptrs, _k=kernel):
                 _k.run_raw(ptrs[:n_in], in_shapes, in_strides, ptrs[n_in:], out_shapes)
         const_ptrs = [a.ctypes.data for a in t.const_arrays]
-        return _Launch(go, out_specs, const_ptrs)
+        return _Launch(go, out_specs, const_ptrs, _size_class(in_shapes[:t.n_tensor_ext]))
 
-    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list):
+    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float):
         self._serial += 1
         serial = self._serial
         pool = self.pool
@@ -451,7 +468,11 @@ class Tier1:
                 tok += 1
             grouped.append(tuple(res))
             i += step.n_out
-        self.pending = _Pending(t, base, grouped) if len(t.steps) > 1 else None
+        if len(t.steps) > 1:
+            self.pending = _Pending(t, base, grouped, t0, launch.size_class)
+        else:
+            self.pending = None
+            t.switch.record(launch.size_class, _perf() - t0, True)
         METRICS.fused_ops += 1
         self._push_hist(t.steps[0].key[0], first_args, grouped[0])
         return grouped[0][0] if t.steps[0].n_out == 1 else grouped[0]
@@ -555,6 +576,9 @@ class Tier1:
         if t.ext_order is not None:  # the template binds tensors first, then constants
             run.ext_regs = [run.ext_regs[e] for e in t.ext_order]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
+        if run.t_first is not None:  # eager-time sample, measured as the served one is
+            t.switch.record(_size_class([d.shape for d in descs[:t.n_tensor_ext]]),
+                            run.t_last - run.t_first, False)
         sig = t.family.observe(descs)
         if sig in t.kernels or st.failed:
             return
@@ -673,6 +697,16 @@ def _set_kernel_threads(n: int) -> None:
 def _aliases(a, b) -> bool:
     return (a._data_ptr() == b._data_ptr() and tuple(a.shape) == tuple(b.shape)
             and tuple(a.stride()) == tuple(b.stride()) and a.dtype == b.dtype)
+
+
+def _size_class(shapes) -> int:
+    """Size class of a call (see `SizeSwitch`): from its first tensor input's element count."""
+    if not shapes:
+        return 0
+    n = 1
+    for d in shapes[0]:
+        n *= d
+    return SizeSwitch.size_class(n)
 
 
 def _desc(x) -> InputDesc:

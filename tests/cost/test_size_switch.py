@@ -1,0 +1,79 @@
+"""The measured per-size-class on/off switch of compiled groups (`ms_dynvm.cost.model.SizeSwitch`).
+Pure Python: no MindSpore."""
+
+from ms_dynvm.cost.model import CostModel, GroupStats, SizeSwitch
+
+
+def _calls(sw, cls, n, served_s, eager_s):
+    """n calls of class `cls`: each served or run eagerly as the switch decides, timed as given."""
+    decisions = []
+    for _ in range(n):
+        serve = sw.should_serve(cls)
+        decisions.append(serve)
+        sw.record(cls, served_s if serve else eager_s, serve)
+    return decisions
+
+
+def test_a_class_where_serving_is_slower_switches_off_and_mostly_runs_eagerly():
+    sw = SizeSwitch()
+    for _ in range(3):  # eager calls before the compile
+        sw.record(7, 1.0, False)
+    d = _calls(sw, 7, 200, served_s=1.5, eager_s=1.0)
+    assert not sw.is_on(7)
+    late = d[50:]
+    # Off: only the periodic probes are served.
+    assert sum(late) <= len(late) // SizeSwitch.PROBE_EVERY + 1
+
+
+def test_a_class_where_serving_is_faster_stays_on_with_rare_probes():
+    sw = SizeSwitch()
+    for _ in range(3):
+        sw.record(5, 1.0, False)
+    d = _calls(sw, 5, 160, served_s=0.5, eager_s=1.0)
+    assert sw.is_on(5)
+    assert len(d) - sum(d) == 160 // SizeSwitch.PROBE_EVERY
+
+
+def test_classes_are_independent_and_a_class_switches_back_on():
+    sw = SizeSwitch()
+    for cls in (3, 9):
+        for _ in range(3):
+            sw.record(cls, 1.0, False)
+    _calls(sw, 3, 64, served_s=2.0, eager_s=1.0)
+    _calls(sw, 9, 64, served_s=0.5, eager_s=1.0)
+    assert not sw.is_on(3) and sw.is_on(9)
+    # Serving class 3 became cheap (say a warmer cache): the probes see it and switch it back on.
+    _calls(sw, 3, 16 * SizeSwitch.WINDOW, served_s=0.2, eager_s=1.0)
+    assert sw.is_on(3)
+
+
+def test_a_class_without_eager_measurements_probes_sooner():
+    sw = SizeSwitch()
+    d = _calls(sw, 4, 16, served_s=0.5, eager_s=1.0)
+    # After MIN_SAMPLES served calls, every 4th call runs eagerly until the class has eager samples.
+    assert not all(d) and sum(not x for x in d[:12]) >= 1
+    assert len(sw.classes[4].eager) >= 1
+
+
+def test_hysteresis_keeps_a_close_call_on():
+    sw = SizeSwitch()
+    for _ in range(3):
+        sw.record(6, 1.0, False)
+    _calls(sw, 6, 100, served_s=1.03, eager_s=1.0)  # within 5%
+    assert sw.is_on(6)
+
+
+def test_size_class_is_the_element_count_bit_length():
+    assert SizeSwitch.size_class(0) == 0
+    assert SizeSwitch.size_class(1) == 1
+    assert SizeSwitch.size_class(64) == SizeSwitch.size_class(127) == 7
+    assert SizeSwitch.size_class(128) == 8
+
+
+def test_cost_model_promotes_only_past_the_threshold_when_it_pays():
+    cm = CostModel(threshold=2, initial_compile_s=0.01)
+    st = GroupStats(calls=1, eager_seconds=1e-3, eager_calls=1)
+    assert not cm.should_compile(st, 6)
+    st = GroupStats(calls=40, eager_seconds=40 * 1e-3, eager_calls=40)
+    assert cm.should_compile(st, 6)
+    assert not cm.should_compile(GroupStats(calls=40, eager_seconds=40e-3, eager_calls=40, failed=True), 6)
