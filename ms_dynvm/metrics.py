@@ -9,12 +9,31 @@ from __future__ import annotations
 
 from collections import Counter
 
+try:  # the C helper behind Counter.update(iterable), without its isinstance(Mapping) check
+    from collections import _count_elements
+except ImportError:  # pragma: no cover
+    def _count_elements(counter, names):
+        counter.update(names)
+
 
 class Metrics:
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
+        # Ops not yet counted (the recorder's hot path appends to a list: cheaper than updating
+        # counters): `op_names`, the name of every op seen, all in phase `op_names_phase`, and
+        # `one_instr_ops`, one entry per op recorded as one instruction by the recorder's common
+        # case. `flush_ops` folds them into ops_seen, ops_by_name, ops_by_phase, ops_recorded and
+        # instrs (the recorder calls it at phase changes and when they grow long; `snapshot` too). Cleared in
+        # place: the recorder holds on to the lists.
+        if "op_names" in self.__dict__:
+            self.op_names.clear()
+            self.one_instr_ops.clear()
+        else:
+            self.op_names: list = []
+            self.op_names_phase = "fwd"
+            self.one_instr_ops: list = []
         self.ops_seen = 0  # every dispatched op, meta ops included
         self.ops_recorded = 0  # ops that became VM instructions (opaque calls included)
         self.ops_by_name: Counter = Counter()
@@ -38,8 +57,24 @@ class Metrics:
         self.fallbacks: Counter = Counter()  # "where: reason" -> count
         self.fused_ops = 0  # ops whose result came from a fused kernel
 
+    def flush_ops(self) -> None:
+        names = self.op_names
+        if names:
+            n = len(names)
+            self.ops_seen += n
+            _count_elements(self.ops_by_name, names)
+            self.ops_by_phase[self.op_names_phase] += n
+            names.clear()
+        one = self.one_instr_ops
+        if one:
+            self.ops_recorded += len(one)
+            self.instrs += len(one)
+            one.clear()
+
     def snapshot(self) -> dict:
         import sys
+
+        self.flush_ops()
 
         pool_stats = {}
         pool_mod = sys.modules.get("ms_dynvm.runtime.memory_pool")

@@ -1,29 +1,50 @@
 """Recording overhead per op: ms_dynvm's dispatch handler vs a pass-through MsDispatchMode handler.
 
-Everything runs in one process, in MindSpore's blocking mode (its fastest eager mode on CPU), side by
-side and interleaved (round-robin over the configurations, repeated), and reports medians:
+Everything runs in one process, in MindSpore's blocking mode (its fastest eager mode on CPU), and the
+configurations are interleaved: every round runs, for each workload, every configuration back to back
+(their order rotates from round to round), and medians over the rounds are reported. The set-up's
+garbage is collected before the first round.
 
+Configurations:
 - eager:        no dispatch mode at all
-- passthrough:  an MsDispatchMode whose handler only calls `func(*args)`
+- passthrough:  an MsDispatchMode whose handler only calls `func(*args)` (twice: passthrough2, A/A)
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
-- record+jit:   ms_dynvm.enable(): recording plus tier-1 run tracking (and serving where compiled)
+- record+jit:   only with --jit: ms_dynvm.enable(): recording plus tier-1 run tracking (and serving
+                where compiled; compiling happens inside the timed calls)
 
-Workloads: a 16-op elementwise/reduction chain on a 16x16 tensor (dispatch-bound, so the handler's
+Workloads: a 27-op elementwise/reduction chain on a 16x16 tensor (dispatch-bound, so the handler's
 cost dominates), and the forward+backward steps of the test workloads (profiling/workloads.py).
-Per-op overhead, two ways:
-- end to end: (time(record) - time(passthrough)) / ops dispatched per call (wall clock; noisy on a
-  shared 2-core machine);
-- in the handler: CPU time of the calling thread (time.thread_time_ns) spent in ms_dynvm's bookkeeping
-  after `func(*args)` returns, per op, minus the cost of the timer calls themselves. This is exactly
-  what ms_dynvm's handler adds over a pass-through handler, and it is not inflated by other processes.
 
-    python profiling/bench_record_overhead.py [--reps 15] [--calls 50]
+Per-op overhead of `record` over `passthrough`, several ways (all in us per dispatched op):
+- end to end, wall: median over rounds of (wall time per call of record - of passthrough in the same
+  round) / ops per call. What a user sees, but noisy on a 2-core machine, where MindSpore's worker
+  threads spin for ~1 ms after each op: `passthrough2` (a second, identical pass-through run) gives
+  the noise floor (A/A); differences smaller than it mean nothing.
+- end to end, cpu: the same with the CPU time of the calling thread (time.thread_time) instead of wall
+  time: not inflated by waiting for a core, still by cache and core sharing.
+- handler: CPU time of the calling thread spent in the recorder (thread_time around
+  `Recorder.on_op`, which is all ms_dynvm does for an op in this mode besides the hooks at sync points
+  and cell/phase boundaries), minus the cost of a timer call measured right before it; median and mean
+  over every op of every round (the mean includes the garbage collections that happen to run inside
+  the recorder). Measured in a separate interleaved configuration, record(timed), so that the timer
+  calls do not disturb the other figures.
+- replay: the ops of one call (name, arguments, result) captured once, then fed to a fresh
+  `Recorder.on_op` in a tight loop with the collector off and no MindSpore op running in between (no
+  worker thread spinning, warm caches): the recorder's own cost, nearly independent of machine load,
+  and 2-4x below the in-handler figure (the same code right after an op). Median and minimum over
+  repetitions of the per-op mean.
+- gc: time spent in garbage collections (gc.callbacks) per op, in each configuration, and the number
+  of collections per generation over all rounds. Objects that the recorder keeps alive make the
+  collector run more often; a full (generation 2) collection walks every object of the process.
+
+    python profiling/bench_record_overhead.py [--reps 9] [--calls 20] [--jit]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -34,40 +55,69 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 
+class GCMeter:
+    """Time and count of garbage collections, per generation, through gc.callbacks."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.counts = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase, info) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t0
+            self.counts[info["generation"]] += 1
+
+    def snapshot(self):
+        return self.seconds, tuple(self.counts)
+
+
+def chain(x):
+    from mindspore import ops
+
+    for _ in range(2):
+        y = ops.exp(x * 0.5 - 1.0)
+        y = ops.relu(y + x)
+        y = ops.tanh(y) - 0.25
+        y = ops.sigmoid(y) * x
+        x = y / 2.0 + ops.neg(y)
+        x = ops.maximum(x, y)
+    return x.sum(-1)
+
+
+def make_cases():
+    import mindspore as ms
+
+    from profiling import workloads
+
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32))
+    cases = {"chain16x16": (chain, (x,))}
+    for name in ("mlp", "layernorm_gelu", "attention"):
+        cases[name] = workloads.WORKLOADS[name]()
+    return cases
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=15, help="rounds over all configurations")
-    ap.add_argument("--calls", type=int, default=50, help="calls of the workload per timing")
+    ap.add_argument("--reps", type=int, default=9, help="rounds over all configurations")
+    ap.add_argument("--calls", type=int, default=20, help="calls of the workload per timing")
+    ap.add_argument("--jit", action="store_true", help="also time record+jit (compiles kernels)")
     args = ap.parse_args()
 
     import mindspore as ms
-    from mindspore import ops
 
     import ms_dynvm
-    from profiling import workloads
+    from ms_dynvm.frontend import recorder as rec_mod
+    from ms_dynvm.frontend.options import Options
 
     ms.runtime.launch_blocking()
+    cases = make_cases()
 
     class PassThrough(ms.MsDispatchMode):
         def __ms_dispatch__(self, func, a, kwargs=None):
             return func(*a)
-
-    x = ms.Tensor(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32))
-
-    def chain(x):
-        for _ in range(2):
-            y = ops.exp(x * 0.5 - 1.0)
-            y = ops.relu(y + x)
-            y = ops.tanh(y) - 0.25
-            y = ops.sigmoid(y) * x
-            x = y / 2.0 + ops.neg(y)
-            x = ops.maximum(x, y)
-        return x.sum(-1)
-
-    cases = {"chain16x16": (chain, (x,))}
-    for name in ("mlp", "layernorm_gelu", "attention"):
-        step, inputs = workloads.WORKLOADS[name]()
-        cases[name] = (step, inputs)
 
     class Counter(ms.MsDispatchMode):
         n = 0
@@ -83,74 +133,145 @@ def main() -> None:
             fn(*inp)
         n_ops[name] = Counter.n
 
+    meter = GCMeter()
+    gc.callbacks.append(meter)
+    tt = time.thread_time
+    perf = time.perf_counter
+
     def run(fn, inp, calls):
-        t0 = time.perf_counter()
+        """(wall seconds, thread CPU seconds, GC seconds, GC counts) per call."""
+        g0, c0 = meter.snapshot()
+        t0, u0 = perf(), tt()
         for _ in range(calls):
             fn(*inp)
-        return (time.perf_counter() - t0) / calls
+        t1, u1 = perf(), tt()
+        g1, c1 = meter.snapshot()
+        return ((t1 - t0) / calls, (u1 - u0) / calls, (g1 - g0) / calls,
+                tuple(b - a for a, b in zip(c0, c1)))
 
-    configs = ["eager", "passthrough", "count-only", "record", "record+jit"]
-    times = {(c, n): [] for c in configs for n in cases}
-    for name, (fn, inp) in cases.items():  # warm-up
-        run(fn, inp, 3)
-    for _ in range(args.reps):
-        for cfg in configs:
-            for name, (fn, inp) in cases.items():
-                if cfg == "eager":
-                    t = run(fn, inp, args.calls)
-                elif cfg == "passthrough":
-                    with PassThrough():
-                        t = run(fn, inp, args.calls)
-                else:
-                    ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"))
-                    try:
-                        t = run(fn, inp, args.calls)
-                    finally:
-                        ms_dynvm.disable()
-                times[(cfg, name)].append(t)
-
-    # In-handler CPU time per op (see module doc).
-    from ms_dynvm.frontend import recorder as rec_mod
-
-    tt = time.thread_time_ns
-    calib = []
-    for _ in range(20000):
-        a = tt()
-        calib.append(tt() - a)
-    timer_ns = statistics.median(calib)
-    spent = []
-    orig = rec_mod.Recorder.on_op
+    # In-handler CPU time: thread_time_ns around Recorder.on_op (its own pass of each round). The
+    # timer's own cost is measured in place, per op (t1 - t0: one call, as cold as the ones around
+    # on_op), not in a quiet loop, where it is several times cheaper than right after an op.
+    ttn = time.thread_time_ns
+    spent = {name: [] for name in cases}
+    orig_on_op = rec_mod.Recorder.on_op
+    current = [None]
 
     def timed_on_op(self, name, a, out):
-        t0 = tt()
-        orig(self, name, a, out)
-        spent.append(tt() - t0 - timer_ns)
+        t0 = ttn()
+        t1 = ttn()
+        orig_on_op(self, name, a, out)
+        t2 = ttn()
+        spent[current[0]].append((t2 - t1) - (t1 - t0))
 
-    in_handler = {}
-    rec_mod.Recorder.on_op = timed_on_op
-    try:
+    def run_config(cfg, fn, inp, calls):
+        if cfg == "eager":
+            return run(fn, inp, calls)
+        if cfg in ("passthrough", "passthrough2"):
+            with PassThrough():
+                return run(fn, inp, calls)
+        if cfg == "record(timed)":
+            rec_mod.Recorder.on_op = timed_on_op
+        ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"))
+        try:
+            return run(fn, inp, calls)
+        finally:
+            ms_dynvm.disable()
+            rec_mod.Recorder.on_op = orig_on_op
+
+    configs = (["eager", "passthrough", "passthrough2", "count-only", "record"]
+               + (["record+jit"] if args.jit else []) + ["record(timed)"])
+    res = {(c, n): [] for c in configs for n in cases}
+    for cfg in configs:  # warm-up
         for name, (fn, inp) in cases.items():
-            ms_dynvm.enable(jit=False)
-            try:
-                run(fn, inp, 3)
-                spent.clear()
-                for _ in range(args.reps):
-                    run(fn, inp, args.calls)
-                in_handler[name] = (statistics.median(spent) / 1e3, statistics.mean(spent) / 1e3)
-            finally:
-                ms_dynvm.disable()
-    finally:
-        rec_mod.Recorder.on_op = orig
+            current[0] = name
+            run_config(cfg, fn, inp, 2)
+    for s in spent.values():
+        s.clear()
+    gc.collect()  # the set-up's garbage is nobody's: do not bill it to the first config that allocates
+    for r in range(args.reps):
+        k = r % len(configs)
+        for name, (fn, inp) in cases.items():
+            current[0] = name
+            for cfg in configs[k:] + configs[:k]:
+                res[(cfg, name)].append(run_config(cfg, fn, inp, args.calls))
 
-    print(f"median over {args.reps} rounds x {args.calls} calls; times per call in us, per op in us")
-    print(f"{'workload':16s} {'ops':>5s} " + " ".join(f"{c:>12s}" for c in configs)
-          + f" {'rec-pass/op':>12s} {'count-pass/op':>14s} {'handler cpu/op med':>19s} {'mean':>6s}")
+    # Replay: the recorder alone, on one call's ops captured from a real run.
+    replay = {}
+    opts = Options.make(jit=False)
+    for name, (fn, inp) in cases.items():
+        events = []
+
+        def capture(self, n, a, out, events=events):
+            events.append((n, a, out))
+            return orig_on_op(self, n, a, out)
+
+        rec_mod.Recorder.on_op = capture
+        ms_dynvm.enable(jit=False)
+        try:
+            fn(*inp)
+        finally:
+            ms_dynvm.disable()
+            rec_mod.Recorder.on_op = orig_on_op
+        time.sleep(0.01)  # let MindSpore's worker threads stop spinning
+        per_op = []
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(max(args.reps, 5) * 20):
+                rec = rec_mod.Recorder(opts)
+                on_op = rec.on_op
+                u0 = ttn()
+                for n, a, out in events:
+                    on_op(n, a, out)
+                per_op.append((ttn() - u0) / len(events) / 1e3)
+        finally:
+            gc.enable()
+        replay[name] = (statistics.median(per_op), min(per_op))
+        del events
+    gc.callbacks.remove(meter)
+
+    shown = [c for c in configs if c != "record(timed)"]
+
+    def med(cfg, name, i):
+        return statistics.median(x[i] for x in res[(cfg, name)]) * 1e6
+
+    def paired(cfg, name, i, base="passthrough"):
+        """Median over rounds of (cfg - base) in the same round, per op."""
+        return statistics.median(a[i] - b[i] for a, b in zip(res[(cfg, name)], res[(base, name)])) \
+            * 1e6 / n_ops[name]
+
+    print(f"{args.reps} interleaved rounds x {args.calls} calls; medians over rounds (times per call in us)")
+    for i, what in ((0, "wall/call"), (1, "thread cpu/call")):
+        print(f"{'workload':16s} {'ops':>4s} " + " ".join(f"{c:>12s}" for c in shown) + f"   {what}")
+        for name in cases:
+            print(f"{name:16s} {n_ops[name]:4d} " + " ".join(f"{med(c, name, i):12.1f}" for c in shown))
+    print(f"{'workload':16s} {'ops':>4s} " + " ".join(f"{c:>12s}" for c in shown)
+          + "   gc us/op (collections gen0/gen1/gen2, all rounds)")
     for name in cases:
-        med = {c: statistics.median(times[(c, name)]) * 1e6 for c in configs}
-        per_op = (med["record"] - med["passthrough"]) / n_ops[name]
-        per_op_count = (med["count-only"] - med["passthrough"]) / n_ops[name]
-        print(f"{name:16s} {n_ops[name]:5d} " + " ".join(f"{med[c]:12.1f}" for c in configs)
-              + f" {per_op:12.2f} {per_op_count:14.2f} {in_handler[name][0]:19.2f} {in_handler[name][1]:6.2f}")
+        cells = []
+        for c in shown:
+            runs = res[(c, name)]
+            gc_per_op = sum(x[2] for x in runs) / len(runs) * 1e6 / n_ops[name]
+            cnt = [sum(x[3][g] for x in runs) for g in range(3)]
+            cells.append(f"{gc_per_op:5.2f}({cnt[0]}/{cnt[1]}/{cnt[2]})")
+        print(f"{name:16s} {n_ops[name]:4d} " + " ".join(f"{s:>12s}" for s in cells))
+    print("per-op overhead over passthrough, us/op. end to end: median over rounds of the difference "
+          "with passthrough in the same round (wall | thread cpu); A/A: passthrough2, the noise floor; "
+          "handler: recorder cpu per op (median, mean); replay: recorder alone (median, min); gc: "
+          "collector time per op in record")
+    print(f"{'workload':16s} {'record wall':>11s} {'cpu':>7s} {'count wall':>10s} {'cpu':>7s} "
+          f"{'A/A wall':>8s} {'cpu':>7s} {'handler med':>11s} {'mean':>7s} {'replay med':>10s} "
+          f"{'min':>6s} {'gc':>6s}")
+    for name in cases:
+        s = spent[name]
+        runs = res[("record", name)]
+        gc_rec = sum(x[2] for x in runs) / len(runs) * 1e6 / n_ops[name]
+        print(f"{name:16s} {paired('record', name, 0):11.2f} {paired('record', name, 1):7.2f} "
+              f"{paired('count-only', name, 0):10.2f} {paired('count-only', name, 1):7.2f} "
+              f"{paired('passthrough2', name, 0):8.2f} {paired('passthrough2', name, 1):7.2f} "
+              f"{statistics.median(s) / 1e3:11.2f} {statistics.mean(s) / 1e3:7.2f} "
+              f"{replay[name][0]:10.2f} {replay[name][1]:6.2f} {gc_rec:6.2f}")
 
 
 if __name__ == "__main__":

@@ -73,13 +73,106 @@ class Input:
     name: str = ""
 
 
-@dataclass
+def raw_instr(op: str, args, outs: tuple) -> tuple:
+    """The compact form of an instruction's `op, args, outs` that `Block.append_raw` takes:
+    `(op, args, outs, mask)` where registers in `args` are plain ints and bit i of `mask` says that
+    args[i] is a register (see `Block`)."""
+    mask = 0
+    plain = []
+    for i, a in enumerate(args):
+        if isinstance(a, Reg):
+            mask |= 1 << i
+            a = int(a)
+        plain.append(a)
+    return (op, tuple(plain), outs, mask)
+
+
+def _materialize(raw, attrs) -> Instr:
+    op, args, outs, mask = raw
+    if mask:
+        args = tuple(Reg(a) if mask >> i & 1 else a for i, a in enumerate(args))
+    return Instr(op, args, attrs, outs)
+
+
 class Block:
-    id: int
-    phase: str = "fwd"
-    region: str = ""
-    end: str = "open"
-    instrs: list = field(default_factory=list)
+    """A basic block. `instrs` is a plain list of `Instr`.
+
+    Storage: the recorder appends instructions in a compact form (`append_raw`, see `raw_instr`):
+    exact tuples of atomic values (their attrs dicts kept beside them), which the garbage collector
+    stops tracking at its first pass. An `Instr` (a GC-tracked object, like the `Reg`s in its
+    arguments, or a tuple holding a dict) would stay tracked in the oldest generation for as long as
+    the block lives, and every such object brings the next full collection (a walk over every object
+    of the process) closer. Compact instructions become `Instr`s the first time `instrs` is read;
+    `num_instrs`, `op_names` and `instrs_between` read them without that."""
+
+    __slots__ = ("id", "phase", "region", "end", "_instrs", "_pending", "_pattrs")
+
+    def __init__(self, id: int, phase: str = "fwd", region: str = "", end: str = "open",
+                 instrs: list | None = None) -> None:
+        self.id = id
+        self.phase = phase
+        self.region = region
+        self.end = end
+        self._instrs = [] if instrs is None else instrs
+        self._pending: list = []  # compact instructions appended after `_instrs`
+        self._pattrs: list = []  # their attrs
+
+    @property
+    def instrs(self) -> list:
+        pending = self._pending
+        if pending:
+            self._instrs.extend(map(_materialize, pending, self._pattrs))
+            pending.clear()  # in place: the recorder holds on to these lists
+            self._pattrs.clear()
+        return self._instrs
+
+    @instrs.setter
+    def instrs(self, value: list) -> None:
+        self._instrs = value
+        self._pending.clear()
+        self._pattrs.clear()
+
+    def append_raw(self, raw: tuple, attrs: dict) -> None:
+        """Append an instruction in compact form (`raw_instr`) with its attrs."""
+        self._pending.append(raw)
+        self._pattrs.append(attrs)
+
+    def num_instrs(self) -> int:
+        return len(self._instrs) + len(self._pending)
+
+    def op_names(self, start: int = 0, end: int | None = None) -> list:
+        """`[i.op for i in self.instrs[start:end]]` (0 <= start <= end), without making Instrs."""
+        n = len(self._instrs)
+        if end is None:
+            end = n + len(self._pending)
+        if end <= n:
+            return [i.op for i in self._instrs[start:end]]
+        out = [i.op for i in self._instrs[start:n]] if start < n else []
+        out.extend(r[0] for r in self._pending[max(start - n, 0):end - n])
+        return out
+
+    def instrs_between(self, start: int, end: int) -> list:
+        """`self.instrs[start:end]` (0 <= start <= end); pending instructions stay compact (the
+        Instrs returned for them are new objects)."""
+        n = len(self._instrs)
+        if end <= n:
+            return self._instrs[start:end]
+        out = self._instrs[start:n] if start < n else []
+        lo, hi = max(start - n, 0), end - n
+        out.extend(map(_materialize, self._pending[lo:hi], self._pattrs[lo:hi]))
+        return out
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Block):
+            return NotImplemented
+        return ((self.id, self.phase, self.region, self.end, self.instrs)
+                == (other.id, other.phase, other.region, other.end, other.instrs))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (f"Block(id={self.id!r}, phase={self.phase!r}, region={self.region!r}, "
+                f"end={self.end!r}, instrs={self.instrs!r})")
 
 
 @dataclass
@@ -129,7 +222,7 @@ class Program:
         outs = tuple(range(r0, r0 + n))
         for r, t in zip(outs, out_types):
             types[r] = t
-        block.instrs.append(Instr(op, tuple(args), attrs, outs))
+        block.append_raw(raw_instr(op, args, outs), attrs)
         return [Reg(r) for r in outs]
 
     # --- queries --------------------------------------------------------------------------------
@@ -138,7 +231,7 @@ class Program:
             yield from b.instrs
 
     def num_instrs(self) -> int:
-        return sum(len(b.instrs) for b in self.blocks)
+        return sum(b.num_instrs() for b in self.blocks)
 
     def input_types(self) -> list[TensorType]:
         return [self.types[i.reg] for i in self.inputs]
@@ -306,4 +399,4 @@ def _tuplify(v):
 
 
 __all__ = ["Program", "Block", "Instr", "Input", "Reg", "TensorType", "load_program",
-           "canonical_attrs", "parse_type"]
+           "canonical_attrs", "parse_type", "raw_instr"]

@@ -17,6 +17,10 @@ name (`func.name`) and its positional arguments exactly as dispatched. The answe
   opaque `call`. Nothing is ever guessed: every handler checks the types it relies on, and any failure
   while reading the arguments means None.
 
+`lower(name, args)` is the same answer for the recorder's hot path, without the wrapping: a lowering
+of one instruction whose single result is the op's result (most ops) comes back as the bare
+`(vm_op, operands, attrs)` triple, which is what the handlers build.
+
 Cost: one dict lookup plus one small function per op. Handlers read tensor METADATA only where the VM
 op needs a static attribute (`x.shape` for split sizes, full-rank slices, `Flatten`, `gather_d_grad`;
 `x.dtype` for `NewOnes`/`InplaceCopy`); they never read a tensor's VALUE (that would force a sync):
@@ -91,7 +95,7 @@ from mindspore.common.tensor import Tensor
 
 from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name
 
-__all__ = ["Tmp", "Lowering", "META", "INPLACE", "normalize", "mutated_tensor", "covered_names"]
+__all__ = ["Tmp", "Lowering", "META", "INPLACE", "normalize", "lower", "mutated_tensor", "covered_names"]
 
 
 class Tmp(NamedTuple):
@@ -126,6 +130,16 @@ _REJECT = (_Unsupported, TypeError, ValueError, KeyError, IndexError, AttributeE
 _NUMBER_TYPES = frozenset({bool, int, float})
 _OUT1 = (Tmp(0),)
 _OUT_LAST2 = (Tmp(1),)
+
+
+_IN_ORDER_HANDLERS: set = set()
+
+
+def _in_order(h):
+    """Marks a handler whose one-instruction lowerings take as tensor operands exactly the op's
+    top-level tensor arguments, in order, and no other tensor (see TENSOR_ARGS_IN_ORDER)."""
+    _IN_ORDER_HANDLERS.add(h)
+    return h
 
 
 # --- argument readers: return the value in VM form or raise _Unsupported -----------------------------
@@ -240,10 +254,6 @@ def _vm_dtype(t) -> str:
     return vm_dtype(t.dtype)
 
 
-def _one(op: str, operands: tuple, attrs: dict) -> Lowering:
-    return Lowering([(op, operands, attrs)], _OUT1)
-
-
 def _dim_index(dim: int, rank: int) -> int:
     """A dim in [-rank, rank) as a position in [0, rank)."""
     if type(dim) is not int or not -rank <= dim < rank:
@@ -266,32 +276,37 @@ def _chunks_of(size: int, piece: int) -> tuple:
     return (piece,) * n + ((rem,) if rem else ())
 
 
-def _full_slice(x, dim: int, begin: int, end, step: int) -> Lowering:
+def _full_slice(x, dim: int, begin: int, end, step: int) -> tuple:
     """`slice` of one axis; the others are whole ((0, None, 1): no static size baked in)."""
     rank = len(x.shape)
     d = _dim_index(dim, rank)
     b, e, s = [0] * rank, [None] * rank, [1] * rank
     b[d], e[d], s[d] = begin, end, step
-    return _one("slice", (x,), {"begin": tuple(b), "end": tuple(e), "step": tuple(s)})
+    return ("slice", (x,), {"begin": tuple(b), "end": tuple(e), "step": tuple(s)})
 
 
 # --- handler factories --------------------------------------------------------------------------
 def _unary(op: str):
     def h(a, prim):
         (x,) = a
-        return _one(op, (_t(x),), {})
+        if not isinstance(x, Tensor):
+            raise _Unsupported
+        return (op, (x,), {})
 
-    return h
+    return _in_order(h)
 
 
 def _binary(op: str):
     def h(a, prim):
         x, y = a
-        if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
+        if isinstance(x, Tensor):
+            if not (isinstance(y, Tensor) or type(y) in _NUMBER_TYPES):
+                raise _Unsupported
+        elif not (isinstance(y, Tensor) and type(x) in _NUMBER_TYPES):
             raise _Unsupported
-        return _one(op, (_tn(x), _tn(y)), {})
+        return (op, (x, y), {})
 
-    return h
+    return _in_order(h)
 
 
 def _binary_alpha(op: str):
@@ -301,19 +316,22 @@ def _binary_alpha(op: str):
         x, y, alpha = a
         if type(alpha) is not int and type(alpha) is not float:
             raise _Unsupported
-        _tn(x)
-        _tn(y)
+        xt = isinstance(x, Tensor)
+        yt = isinstance(y, Tensor)
+        if not (xt or type(x) in _NUMBER_TYPES) or not (yt or type(y) in _NUMBER_TYPES):
+            raise _Unsupported
         if alpha == 1:
-            if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
+            if not (xt or yt):
                 raise _Unsupported
-            return _one(op, (x, y), {})
-        if not isinstance(y, Tensor):  # a scalar*alpha would need folding: leave it to MindSpore
+            return (op, (x, y), {})
+        if not yt:  # a scalar*alpha would need folding: leave it to MindSpore
             raise _Unsupported
         return Lowering([("mul", (y, alpha), {}), (op, (x, Tmp(0)), {})], _OUT_LAST2)
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _divmod(a, prim):
     x, y, mode = a
     if mode is None:
@@ -324,40 +342,46 @@ def _divmod(a, prim):
         raise _Unsupported
     if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
         raise _Unsupported
-    return _one(op, (_tn(x), _tn(y)), {})
+    return (op, (_tn(x), _tn(y)), {})
 
 
 _ROUNDING = {1: "trunc_div", 2: "floor_div"}  # mint.div rounding_mode: 'trunc' -> 1, 'floor' -> 2
 
 
+@_in_order
 def _where(a, prim):
     c, x, y = a
-    return _one("where", (_t(c), _tn(x), _tn(y)), {})
+    return ("where", (_t(c), _tn(x), _tn(y)), {})
 
 
+@_in_order
 def _masked_fill(a, prim):
     x, mask, value = a
-    return _one("masked_fill", (_t(x), _t(mask), _tn(value)), {})
+    return ("masked_fill", (_t(x), _t(mask), _tn(value)), {})
 
 
+@_in_order
 def _clamp_scalar(a, prim):
     x, lo, hi = a
-    return _one("clamp", (_t(x), _opt_num(lo), _opt_num(hi)), {})
+    return ("clamp", (_t(x), _opt_num(lo), _opt_num(hi)), {})
 
 
+@_in_order
 def _clamp_tensor(a, prim):
     x, lo, hi = a
-    return _one("clamp", (_t(x), _opt_t(lo), _opt_t(hi)), {})
+    return ("clamp", (_t(x), _opt_t(lo), _opt_t(hi)), {})
 
 
+@_in_order
 def _lerp(a, prim):
     x, y, w = a
-    return _one("lerp", (_t(x), _t(y), _tn(w)), {})
+    return ("lerp", (_t(x), _t(y), _tn(w)), {})
 
 
+@_in_order
 def _addcmul_ext(a, prim):
     x, t1, t2, value = a
-    return _one("addcmul", (_t(x), _t(t1), _t(t2)), {"value": _float(value)})
+    return ("addcmul", (_t(x), _t(t1), _t(t2)), {"value": _float(value)})
 
 
 def _addcmul_legacy(a, prim):
@@ -368,32 +392,36 @@ def _addcmul_legacy(a, prim):
                      ("add", (_t(x), Tmp(1)), {})], (Tmp(2),))
 
 
+@_in_order
 def _cast(a, prim):
     x, dt = a
-    return _one("cast", (_t(x),), {"dtype": _dtype(dt)})
+    return ("cast", (_t(x),), {"dtype": _dtype(dt)})
 
 
+@_in_order
 def _round(a, prim):
     x, decimals = a
     if decimals != 0 or type(decimals) is not int:
         raise _Unsupported
-    return _one("round", (_t(x),), {})
+    return ("round", (_t(x),), {})
 
 
 # --- activations --------------------------------------------------------------------------------
+@_in_order
 def _gelu_tanh(a, prim):
     (x,) = a
-    return _one("gelu", (_t(x),), {"approximate": "tanh"})
+    return ("gelu", (_t(x),), {"approximate": "tanh"})
 
 
 _GELU_MODE = {0: "none", 1: "tanh"}  # GeluExt(x, approximate): 'none' -> 0, 'tanh' -> 1
 
 
+@_in_order
 def _gelu_ext(a, prim):
     x, mode = a
     if type(mode) is not int:
         raise _Unsupported
-    return _one("gelu", (_t(x),), {"approximate": _GELU_MODE[mode]})
+    return ("gelu", (_t(x),), {"approximate": _GELU_MODE[mode]})
 
 
 def _fast_gelu(a, prim):
@@ -404,9 +432,10 @@ def _fast_gelu(a, prim):
                     (Tmp(2),))
 
 
+@_in_order
 def _elu(a, prim):
     x, alpha = a
-    return _one("elu", (_t(x),), {"alpha": _float(alpha)})
+    return ("elu", (_t(x),), {"alpha": _float(alpha)})
 
 
 def _selu(a, prim):
@@ -416,19 +445,22 @@ def _selu(a, prim):
                      ("mul", (Tmp(0), 1.0507009873554805), {})], _OUT_LAST2)
 
 
+@_in_order
 def _softplus_legacy(a, prim):
     (x,) = a
-    return _one("softplus", (_t(x),), {"beta": 1.0, "threshold": 20.0})
+    return ("softplus", (_t(x),), {"beta": 1.0, "threshold": 20.0})
 
 
+@_in_order
 def _softplus_ext(a, prim):
     x, beta, threshold = a
-    return _one("softplus", (_t(x),), {"beta": _float(beta), "threshold": _float(threshold)})
+    return ("softplus", (_t(x),), {"beta": _float(beta), "threshold": _float(threshold)})
 
 
+@_in_order
 def _leaky_relu_ext(a, prim):
     x, slope = a
-    return _one("leaky_relu", (_t(x),), {"alpha": _float(slope)})
+    return ("leaky_relu", (_t(x),), {"alpha": _float(slope)})
 
 
 def _softmax(op: str):
@@ -438,16 +470,17 @@ def _softmax(op: str):
             if len(axis) != 1:
                 raise _Unsupported
             axis = axis[0]
-        return _one(op, (_t(x),), {"axis": _int(axis)})
+        return (op, (_t(x),), {"axis": _int(axis)})
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _log_softmax_ext(a, prim):
     x, dim, dt = a
     if dt is not None:
         raise _Unsupported
-    return _one("log_softmax", (_t(x),), {"axis": _int(dim)})
+    return ("log_softmax", (_t(x),), {"axis": _int(dim)})
 
 
 def _log_softmax_grad(a, prim):
@@ -463,7 +496,7 @@ def _log_softmax_grad(a, prim):
 
 def _softmax_backward(a, prim):
     dout, out, dim = a
-    return _one("softmax_grad", (_t(out), _t(dout)), {"axis": _int(dim)})
+    return ("softmax_grad", (_t(out), _t(dout)), {"axis": _int(dim)})
 
 
 # --- reductions ---------------------------------------------------------------------------------
@@ -472,17 +505,18 @@ def _reduce_dtype(op: str):
 
     def h(a, prim):
         x, axis, keep, dt = a
-        return _one(op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep),
+        return (op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep),
                                    "dtype": _opt_dtype(dt)})
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _reduce_sum_legacy(a, prim):
     x, axis, keep, skip_mode = a
     if skip_mode is not False:
         raise _Unsupported
-    return _one("sum", (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
+    return ("sum", (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
 
 
 def _reduce_legacy_dtype(op: str):
@@ -490,9 +524,9 @@ def _reduce_legacy_dtype(op: str):
 
     def h(a, prim):
         x, axis, keep = a
-        return _one(op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
+        return (op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
 
-    return h
+    return _in_order(h)
 
 
 def _reduce_plain(op: str):
@@ -500,9 +534,9 @@ def _reduce_plain(op: str):
 
     def h(a, prim):
         x, axis, keep = a
-        return _one(op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep)})
+        return (op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep)})
 
-    return h
+    return _in_order(h)
 
 
 def _reduce_all_axes(op: str):
@@ -510,9 +544,9 @@ def _reduce_all_axes(op: str):
 
     def h(a, prim):
         (x,) = a
-        return _one(op, (_t(x),), {"axis": None, "keepdims": False})
+        return (op, (_t(x),), {"axis": None, "keepdims": False})
 
-    return h
+    return _in_order(h)
 
 
 def _with_index(op: str, indices_first: bool):
@@ -530,9 +564,9 @@ def _arg_legacy(op: str):
 
     def h(a, prim):
         x, axis, dt = a
-        return _one(op, (_t(x),), {"axis": _int(axis), "keepdims": False, "dtype": _dtype(dt)})
+        return (op, (_t(x),), {"axis": _int(axis), "keepdims": False, "dtype": _dtype(dt)})
 
-    return h
+    return _in_order(h)
 
 
 def _arg_ext(op: str):
@@ -542,23 +576,25 @@ def _arg_ext(op: str):
         x, dim, keep = a
         if dim is not None:
             _int(dim)
-        return _one(op, (_t(x),), {"axis": dim, "keepdims": _bool(keep), "dtype": "i64"})
+        return (op, (_t(x),), {"axis": dim, "keepdims": _bool(keep), "dtype": "i64"})
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _var(a, prim):
     x, dim, correction, keep = a
-    return _one("var", (_t(x),), {"axis": _axes(dim), "keepdims": _bool(keep),
+    return ("var", (_t(x),), {"axis": _axes(dim), "keepdims": _bool(keep),
                                   "correction": _int(correction)})
 
 
+@_in_order
 def _logsumexp(a, prim):
     x, dim, keep = a
     axis = _axes(dim)
     if axis is None:
         raise _Unsupported
-    return _one("logsumexp", (_t(x),), {"axis": axis, "keepdims": _bool(keep)})
+    return ("logsumexp", (_t(x),), {"axis": axis, "keepdims": _bool(keep)})
 
 
 # --- normalisation ------------------------------------------------------------------------------
@@ -591,46 +627,53 @@ def _softmax_ce(a, prim):
 
 
 # --- views and layout ---------------------------------------------------------------------------
+@_in_order
 def _reshape(a, prim):
     x, shape = a
-    return _one("reshape", (_t(x),), {"shape": _shape(shape)})
+    return ("reshape", (_t(x),), {"shape": _shape(shape)})
 
 
+@_in_order
 def _flatten_legacy(a, prim):
     (x,) = a
     shape = _t(x).shape
     if len(shape) == 0:
         raise _Unsupported
-    return _one("reshape", (x,), {"shape": (shape[0], -1)})
+    return ("reshape", (x,), {"shape": (shape[0], -1)})
 
 
+@_in_order
 def _transpose(a, prim):
     x, perm = a
-    return _one("transpose", (_t(x),), {"perm": _ints(perm)})
+    return ("transpose", (_t(x),), {"perm": _ints(perm)})
 
 
+@_in_order
 def _transpose_ext(a, prim):
     x, d0, d1 = a
     rank = len(_t(x).shape)
     i, j = _dim_index(d0, rank), _dim_index(d1, rank)
     perm = list(range(rank))
     perm[i], perm[j] = perm[j], perm[i]
-    return _one("transpose", (x,), {"perm": tuple(perm)})
+    return ("transpose", (x,), {"perm": tuple(perm)})
 
 
+@_in_order
 def _expand_dims(a, prim):
     x, axis = a
-    return _one("expand_dims", (_t(x),), {"axis": _int(axis)})
+    return ("expand_dims", (_t(x),), {"axis": _int(axis)})
 
 
+@_in_order
 def _squeeze(a, prim):
     x, axis = a
-    return _one("squeeze", (_t(x),), {"axis": _axes(axis)})
+    return ("squeeze", (_t(x),), {"axis": _axes(axis)})
 
 
+@_in_order
 def _broadcast_to(a, prim):
     x, shape = a
-    return _one("broadcast_to", (_t(x),), {"shape": _shape(shape)})
+    return ("broadcast_to", (_t(x),), {"shape": _shape(shape)})
 
 
 def _strided_slice(a, prim):
@@ -677,6 +720,7 @@ def _strided_slice(a, prim):
     return Lowering(instrs, (Tmp(len(instrs) - 1),))
 
 
+@_in_order
 def _slice_legacy(a, prim):
     # Slice(x, begin, size): size -1 = to the end
     x, begin, size = a
@@ -689,9 +733,10 @@ def _slice_legacy(a, prim):
         if bi < 0 or si < -1:
             raise _Unsupported
         end.append(None if si == -1 else bi + si)
-    return _one("slice", (x,), {"begin": begin, "end": tuple(end), "step": (1,) * rank})
+    return ("slice", (x,), {"begin": begin, "end": tuple(end), "step": (1,) * rank})
 
 
+@_in_order
 def _narrow(a, prim):
     x, dim, start, length = a
     shape = tuple(_t(x).shape)
@@ -704,6 +749,7 @@ def _narrow(a, prim):
     return _full_slice(x, dim, start, start + length, 1)
 
 
+@_in_order
 def _slice_ext(a, prim):
     x, dim, start, end, step = a
     if _int(step) <= 0:
@@ -711,6 +757,7 @@ def _slice_ext(a, prim):
     return _full_slice(_t(x), dim, _int(start), _int(end), step)
 
 
+@_in_order
 def _select_ext(a, prim):
     x, dim, index = a
     shape = tuple(_t(x).shape)
@@ -718,7 +765,7 @@ def _select_ext(a, prim):
     index = _int(index)
     if not -shape[d] <= index < shape[d]:
         raise _Unsupported
-    return _one("select", (x,), {"axis": dim, "index": index + shape[d] if index < 0 else index})
+    return ("select", (x,), {"axis": dim, "index": index + shape[d] if index < 0 else index})
 
 
 def _split(a, prim):
@@ -779,22 +826,23 @@ def _unstack_ext(a, prim):
 
 def _stack_legacy(a, prim):
     (ts,) = a
-    return _one("stack", _tensors(ts), {"axis": _int(prim.attrs["axis"])})
+    return ("stack", _tensors(ts), {"axis": _int(prim.attrs["axis"])})
 
 
 def _stack_ext(a, prim):
     ts, dim = a
-    return _one("stack", _tensors(ts), {"axis": _int(dim)})
+    return ("stack", _tensors(ts), {"axis": _int(dim)})
 
 
 def _concat(a, prim):
     ts, axis = a
-    return _one("concat", _tensors(ts), {"axis": _int(axis)})
+    return ("concat", _tensors(ts), {"axis": _int(axis)})
 
 
+@_in_order
 def _tile(a, prim):
     x, multiples = a
-    return _one("tile", (_t(x),), {"multiples": _shape(multiples)})
+    return ("tile", (_t(x),), {"multiples": _shape(multiples)})
 
 
 def _tril_triu(op: str):
@@ -804,29 +852,32 @@ def _tril_triu(op: str):
             diagonal = prim.attrs["diagonal"]
         else:
             x, diagonal = a
-        return _one(op, (_t(x),), {"diagonal": _int(diagonal)})
+        return (op, (_t(x),), {"diagonal": _int(diagonal)})
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _cumsum_legacy(a, prim):
     x, axis, exclusive, reverse = a
     if exclusive is not False or reverse is not False:
         raise _Unsupported
-    return _one("cumsum", (_t(x),), {"axis": _int(axis), "dtype": None})
+    return ("cumsum", (_t(x),), {"axis": _int(axis), "dtype": None})
 
 
+@_in_order
 def _cumsum_ext(a, prim):
     x, dim, dt = a
-    return _one("cumsum", (_t(x),), {"axis": _int(dim), "dtype": _opt_dtype(dt)})
+    return ("cumsum", (_t(x),), {"axis": _int(dim), "dtype": _opt_dtype(dt)})
 
 
+@_in_order
 def _reverse(a, prim):
     x, axis = a
     axes = _axes(axis)
     if axes is None:
         raise _Unsupported
-    return _one("flip", (_t(x),), {"axis": axes})
+    return ("flip", (_t(x),), {"axis": axes})
 
 
 def _torch_pads(pads: tuple, rank: int) -> tuple:
@@ -839,6 +890,7 @@ def _torch_pads(pads: tuple, rank: int) -> tuple:
     return tuple(out)
 
 
+@_in_order
 def _pad_v3(a, prim):
     x, paddings, value = a
     attrs = prim.attrs
@@ -846,76 +898,88 @@ def _pad_v3(a, prim):
         raise _Unsupported
     if value is None:
         raise _Unsupported
-    return _one("pad", (_t(x), _tn(value)), {"pads": _torch_pads(_ints(paddings), len(x.shape))})
+    return ("pad", (_t(x), _tn(value)), {"pads": _torch_pads(_ints(paddings), len(x.shape))})
 
 
+@_in_order
 def _constant_pad_nd(a, prim):
     x, pads, value = a
-    return _one("pad", (_t(x), _num(value)), {"pads": _torch_pads(_ints(pads), len(x.shape))})
+    return ("pad", (_t(x), _num(value)), {"pads": _torch_pads(_ints(pads), len(x.shape))})
 
 
 # --- gather / scatter ---------------------------------------------------------------------------
+@_in_order
 def _gather(a, prim):
     x, idx, axis, batch_dims = a
-    return _one("gather", (_t(x), _t(idx)), {"axis": _int(axis), "batch_dims": _int(batch_dims)})
+    return ("gather", (_t(x), _t(idx)), {"axis": _int(axis), "batch_dims": _int(batch_dims)})
 
 
+@_in_order
 def _gather_d(a, prim):
     x, dim, idx = a
-    return _one("gather_d", (_t(x), _t(idx)), {"dim": _int(dim)})
+    return ("gather_d", (_t(x), _t(idx)), {"dim": _int(dim)})
 
 
+@_in_order
 def _gather_nd(a, prim):
     x, idx = a
-    return _one("gather_nd", (_t(x), _t(idx)), {})
+    return ("gather_nd", (_t(x), _t(idx)), {})
 
 
+@_in_order
 def _index_select(a, prim):
     x, dim, idx = a
-    return _one("index_select", (_t(x), _t(idx)), {"axis": _int(dim)})
+    return ("index_select", (_t(x), _t(idx)), {"axis": _int(dim)})
 
 
 def _scatter_nd(op: str):
     def h(a, prim):
         x, idx, upd = a
-        return _one(op, (_t(x), _t(idx), _t(upd)), {})
+        return (op, (_t(x), _t(idx), _t(upd)), {})
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _scatter_add_ext(a, prim):
     x, dim, idx, src = a
-    return _one("scatter_add", (_t(x), _t(idx), _t(src)), {"dim": _int(dim)})
+    return ("scatter_add", (_t(x), _t(idx), _t(src)), {"dim": _int(dim)})
 
 
+@_in_order
 def _tensor_scatter_elements(a, prim):
     x, idx, upd, axis, reduction = a
     if reduction != 1 or type(reduction) is not int:  # 'add' -> 1; 'none' is a plain scatter
         raise _Unsupported
-    return _one("scatter_add", (_t(x), _t(idx), _t(upd)), {"dim": _int(axis)})
+    return ("scatter_add", (_t(x), _t(idx), _t(upd)), {"dim": _int(axis)})
 
 
+@_in_order
 def _unsorted_segment_sum(a, prim):
     x, ids, num = a
-    return _one("unsorted_segment_sum", (_t(x), _t(ids)), {"num_segments": _int(num)})
+    return ("unsorted_segment_sum", (_t(x), _t(ids)), {"num_segments": _int(num)})
 
 
+@_in_order
 def _one_hot(a, prim):
     idx, depth, on, off, axis = a
-    return _one("one_hot", (_t(idx), _tn(on), _tn(off)), {"depth": _int(depth), "axis": _int(axis)})
+    return ("one_hot", (_t(idx), _tn(on), _tn(off)), {"depth": _int(depth), "axis": _int(axis)})
 
 
 # --- linear algebra, convolution ----------------------------------------------------------------
+@_in_order
 def _matmul_flags(a, prim):
     x, y, ta, tb = a
-    return _one("matmul", (_t(x), _t(y)), {"transpose_a": _bool(ta), "transpose_b": _bool(tb)})
+    return ("matmul", (_t(x), _t(y)), {"transpose_a": _bool(ta), "transpose_b": _bool(tb)})
 
 
+@_in_order
 def _matmul_plain(a, prim):
     x, y = a
-    return _one("matmul", (_t(x), _t(y)), {"transpose_a": False, "transpose_b": False})
+    return ("matmul", (_t(x), _t(y)), {"transpose_a": False, "transpose_b": False})
 
 
+@_in_order
 def _dense(a, prim):
     x, w, b = a
     mm = ("matmul", (_t(x), _t(w)), {"transpose_a": False, "transpose_b": True})
@@ -927,11 +991,12 @@ def _dense(a, prim):
 _BIAS_AXIS = {0: 1, 1: -1}  # BiasAdd data_format: NCHW -> 0 (channels at 1), NHWC -> 1 (last)
 
 
+@_in_order
 def _bias_add(a, prim):
     x, b, fmt = a
     if type(fmt) is not int:
         raise _Unsupported
-    return _one("bias_add", (_t(x), _t(b)), {"axis": _BIAS_AXIS[fmt]})
+    return ("bias_add", (_t(x), _t(b)), {"axis": _BIAS_AXIS[fmt]})
 
 
 def _hw(v) -> tuple:
@@ -955,6 +1020,7 @@ def _same_pads(in_hw, k_hw, s_hw, d_hw) -> tuple:
     return tuple(out)
 
 
+@_in_order
 def _conv2d(a, prim):
     x, w = a
     at = prim.attrs
@@ -976,10 +1042,11 @@ def _conv2d(a, prim):
         padding = _same_pads(xs[2:], ws[2:], stride, dilation)
     else:
         raise _Unsupported
-    return _one("conv2d", (x, w), {"stride": stride, "padding": padding, "dilation": dilation,
+    return ("conv2d", (x, w), {"stride": stride, "padding": padding, "dilation": dilation,
                                    "groups": groups})
 
 
+@_in_order
 def _max_pool(a, prim):
     (x,) = a
     at = prim.attrs
@@ -996,23 +1063,25 @@ def _max_pool(a, prim):
         padding = _same_pads(xs[2:], kernel, stride, (1, 1))
     else:
         raise _Unsupported
-    return _one("max_pool2d", (x,), {"kernel": kernel, "stride": stride, "padding": padding})
+    return ("max_pool2d", (x,), {"kernel": kernel, "stride": stride, "padding": padding})
 
 
+@_in_order
 def _avg_pool(a, prim):
     # AvgPool(x, kernel, strides, pad_mode, data_format): pad_mode VALID -> 2, NCHW -> 0
     x, kernel, strides, pad_mode, fmt = a
     if pad_mode != 2 or fmt != 0 or len(_t(x).shape) != 4:
         raise _Unsupported
-    return _one("avg_pool2d", (x,), {"kernel": _hw(kernel), "stride": _hw(strides),
+    return ("avg_pool2d", (x,), {"kernel": _hw(kernel), "stride": _hw(strides),
                                      "padding": (0, 0, 0, 0)})
 
 
+@_in_order
 def _adaptive_avg_pool2d(a, prim):
     (x,) = a
     if tuple(prim.attrs.get("output_size", ())) != (1, 1) or len(_t(x).shape) < 3:
         raise _Unsupported
-    return _one("mean", (x,), {"axis": (-2, -1), "keepdims": True, "dtype": None})
+    return ("mean", (x,), {"axis": (-2, -1), "keepdims": True, "dtype": None})
 
 
 def _dropout(a, prim):
@@ -1042,30 +1111,32 @@ def _ones_zeros(value: int):
         return Lowering([("fill", (), {"shape": _shape(shape), "dtype": dtype,
                                        "value": _fill_value(dtype, value)})], _OUT1)
 
-    return h
+    return _in_order(h)
 
 
 def _like_legacy(value: int):
     def h(a, prim):
         (x,) = a
-        return _one("full_like", (_t(x),), {"value": value, "dtype": None})
+        return ("full_like", (_t(x),), {"value": value, "dtype": None})
 
-    return h
+    return _in_order(h)
 
 
 def _like_ext(value: int):
     def h(a, prim):
         x, dt = a
-        return _one("full_like", (_t(x),), {"value": value, "dtype": _opt_dtype(dt)})
+        return ("full_like", (_t(x),), {"value": value, "dtype": _opt_dtype(dt)})
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _full_like(a, prim):
     x, value, dt = a
-    return _one("full_like", (_t(x),), {"value": _num(value), "dtype": _opt_dtype(dt)})
+    return ("full_like", (_t(x),), {"value": _num(value), "dtype": _opt_dtype(dt)})
 
 
+@_in_order
 def _fill_scalar(a, prim):
     shape, value, dt = a
     if dt is None:  # the default dtype follows the value's kind: not modelled
@@ -1104,6 +1175,7 @@ def _new_full(a, prim):
                     _OUT1)
 
 
+@_in_order
 def _arange(a, prim):
     start, end, step, dt = a
     if dt is None:
@@ -1116,19 +1188,20 @@ def _arange(a, prim):
 def _grad2(op: str, **attrs):
     def h(a, prim):
         u, v = a
-        return _one(op, (_t(u), _t(v)), dict(attrs))
+        return (op, (_t(u), _t(v)), dict(attrs))
 
-    return h
+    return _in_order(h)
 
 
+@_in_order
 def _gelu_grad(a, prim):
     dy, x, y = a
-    return _one("gelu_grad", (_t(dy), _t(x), _t(y)), {"approximate": "tanh"})
+    return ("gelu_grad", (_t(dy), _t(x), _t(y)), {"approximate": "tanh"})
 
 
 def _gather_d_grad_v2(a, prim):
     x, dim, idx, grad = a
-    return _one("gather_d_grad", (_t(idx), _t(grad)), {"dim": _int(dim), "shape": tuple(_t(x).shape)})
+    return ("gather_d_grad", (_t(idx), _t(grad)), {"dim": _int(dim), "shape": tuple(_t(x).shape)})
 
 
 # --- in-place ops -------------------------------------------------------------------------------
@@ -1161,19 +1234,19 @@ def _inplace_fill_tensor(a, prim):
 
 def _inplace_fill_scalar(a, prim):
     x, value = a
-    return _one("full_like", (_t(x),), {"value": _num(value), "dtype": None})
+    return ("full_like", (_t(x),), {"value": _num(value), "dtype": None})
 
 
 def _inplace_zero(a, prim):
     (x,) = a
-    return _one("full_like", (_t(x),), {"value": 0, "dtype": None})
+    return ("full_like", (_t(x),), {"value": 0, "dtype": None})
 
 
 def _assign(a, prim):
     x, value = a
     if tuple(_t(x).shape) != tuple(_t(value).shape) or _vm_dtype(x) != _vm_dtype(value):
         raise _Unsupported
-    return _one("contiguous", (value,), {})
+    return ("contiguous", (value,), {})
 
 
 def _assign_arith(op: str):
@@ -1181,7 +1254,7 @@ def _assign_arith(op: str):
         x, value = a
         if _vm_dtype(_t(x)) != _vm_dtype(_t(value)):
             raise _Unsupported
-        return _one(op, (x, value), {})
+        return (op, (x, value), {})
 
     return h
 
@@ -1375,6 +1448,13 @@ for _n in (
 ).split():
     _TABLE[_n] = META
 
+# Dispatched names whose one-instruction lowerings (`lower`'s bare triple, or a Lowering of one
+# instruction and one output) take as tensor operands exactly the top-level tensor arguments of the
+# op, in the order given (for a legacy `(prim, name, inputs)` form: those of `inputs`), and nothing
+# else: tags the recorder reads off its operands are then the tags of the op's tensor arguments.
+# (Tested on every captured dispatch form, tests/frontend/test_normalize.py.)
+TENSOR_ARGS_IN_ORDER: frozenset = frozenset(n for n, h in _TABLE.items() if h in _IN_ORDER_HANDLERS)
+
 # Dispatched names that write their first tensor input (for legacy-form ops: args[2][0]). Lowered
 # ones give the new value as outputs[0]; the others are opaque calls. In-place matmul-accumulate ops
 # (InplaceMatmulAdd, InplaceGroupedMatmulAdd) write their LAST input and are not listed.
@@ -1395,21 +1475,34 @@ INPLACE: frozenset = frozenset((
 ).split())
 
 
-def normalize(name: str, args: tuple, kwargs=None):
-    """Lowering of the dispatched op `name(*args)`, META, or None (see the module docstring).
-    Keyword arguments are never understood: a non-empty `kwargs` gives None (META ops excepted)."""
+def lower(name: str, args: tuple):
+    """`normalize` without the wrapping, for the recorder's hot path: the common case of ONE VM
+    instruction whose single result is the op's result comes back as the bare `(vm_op, operands,
+    attrs)` triple (a plain tuple); anything else as `normalize` gives it (a Lowering, META or None).
+    Positional arguments only (the recorder never sees kwargs here)."""
     h = _TABLE.get(name)
     if h is None or h is META:
         return h
-    if kwargs:
-        return None
-    prim = None
     if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
-        prim, args = args[0], args[2]  # legacy primitive: (prim, name, inputs)
+        try:
+            return h(args[2], args[0])  # legacy primitive: (prim, name, inputs)
+        except _REJECT:
+            return None
     try:
-        return h(args, prim)
+        return h(args, None)
     except _REJECT:
         return None
+
+
+def normalize(name: str, args: tuple, kwargs=None):
+    """Lowering of the dispatched op `name(*args)`, META, or None (see the module docstring).
+    Keyword arguments are never understood: a non-empty `kwargs` gives None (META ops excepted)."""
+    if kwargs and _TABLE.get(name) is not META:
+        return None
+    low = lower(name, args)
+    if type(low) is tuple:
+        return Lowering([low], _OUT1)
+    return low
 
 
 def mutated_tensor(name: str, args: tuple):

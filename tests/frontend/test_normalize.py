@@ -428,6 +428,53 @@ def test_unregistered_forms_structure():
     _check_calls(calls)
 
 
+def _all_captured() -> list:
+    calls = list(captured_unregistered())
+    for fam in sorted(FAMILIES):
+        calls += captured(fam)
+    return calls
+
+
+def test_lower_is_normalize_unwrapped():
+    """`lower` (the recorder's entry) answers what `normalize` does, one-instruction lowerings as a
+    bare (op, operands, attrs) triple."""
+    bare = 0
+    for c in _all_captured():
+        low, full = N.lower(c.name, c.args), N.normalize(c.name, c.args)
+        if type(low) is tuple:
+            bare += 1
+            assert type(full) is N.Lowering and full.instrs == [low] and full.outputs == (N.Tmp(0),), c.name
+            op, operands, attrs = low
+            assert type(op) is str and type(operands) is tuple and type(attrs) is dict, c.name
+        else:
+            assert low is full or low == full, c.name
+    assert bare > 100
+    assert N.normalize("Exp", (X,), {"k": 1}) is None and N.normalize("typeof", (X,), {"k": 1}) is N.META
+
+
+def test_tensor_args_in_order():
+    """For a name in TENSOR_ARGS_IN_ORDER, a one-instruction lowering's tensor operands are exactly the
+    op's top-level tensor arguments (legacy form: of its inputs), the same objects, in order: the
+    recorder hands tier 1 the tags it read off them as the arguments' tags."""
+    checked = set()
+    for c in _all_captured():
+        if c.name not in N.TENSOR_ARGS_IN_ORDER:
+            continue
+        low = N.lower(c.name, c.args)
+        if type(low) is N.Lowering and len(low.instrs) == 1 and len(low.outputs) == 1:
+            low = low.instrs[0]
+        if type(low) is not tuple:
+            continue
+        args = c.args
+        if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
+            args = args[2]
+        want = [a for a in args if isinstance(a, Tensor)]
+        got = [o for o in low[1] if isinstance(o, Tensor)]
+        assert len(got) == len(want) and all(g is w for g, w in zip(got, want)), c.name
+        checked.add(c.name)
+    assert len(checked) > 80, sorted(checked)
+
+
 # --- values -------------------------------------------------------------------------------------
 def _value_of(v, snap):
     if isinstance(v, Tensor):
