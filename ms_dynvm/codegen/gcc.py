@@ -13,12 +13,15 @@ import ctypes
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 
 from ms_dynvm.codegen.spec import CodegenError
 
 GCC = os.environ.get("DYNVM_CC", "gcc")
+COMPILE_TIMEOUT_S = 120  # a kernel that takes longer is a fallback, not a wait
+MAX_SOURCE_BYTES = 4 << 20  # generated C above this is refused (a blow-up, not a kernel)
 
 # -fno-trapping-math lets GCC if-convert the branch-free math (it changes no result: we never read
 # FP exception flags); -fno-math-errno lets sqrt/rint inline; -fwrapv gives integer ops NumPy's
@@ -59,12 +62,26 @@ def compile_shared(source: str, flag_list: list[str]) -> bytes:
         with open(src, "w") as f:
             f.write(source)
         cmd = [exe, *flag_list, src, "-o", out, "-lm"]
+        if len(source) > MAX_SOURCE_BYTES:
+            raise CodegenError(f"generated source too large ({len(source)} bytes)")
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.SubprocessError) as e:
+            # Own process group: on a timeout the whole gcc pipeline (cc1, as, ld) is killed, not
+            # only the driver (a killed driver leaves cc1 running).
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+        except OSError as e:
             raise CodegenError(f"gcc failed to run: {e}") from e
+        try:
+            _, stderr = proc.communicate(timeout=COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.communicate()
+            raise CodegenError(f"gcc took more than {COMPILE_TIMEOUT_S} s") from None
         if proc.returncode != 0:
-            raise CodegenError(f"gcc exited with {proc.returncode}:\n{proc.stderr[-4000:]}")
+            raise CodegenError(f"gcc exited with {proc.returncode}:\n{stderr[-4000:]}")
         with open(out, "rb") as f:
             return f.read()
 

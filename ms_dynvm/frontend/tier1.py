@@ -67,9 +67,13 @@ from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, che
 
 HISTORY = 16
 MAX_KERNELS_PER_GROUP = 8
+# A run is cut after this many ops: a stream of fusible ops with no sync point would otherwise make
+# one group of thousands of ops (measured: a 27-op chain called in a loop without a sync made a run
+# of ~4096 ops whose C source gcc compiled for over 6 minutes).
+MAX_RUN_STEPS = 64
 MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 _T1KEY = "ms_dynvm.t1"
-_RKEY = "ms_dynvm"  # the recorder's tag: (epoch, Reg)
+_RKEY = "ms_dynvm"  # the recorder's tag: (epoch, register number)
 _MISS = object()
 _TOKEN_SPAN = 1 << 24  # tokens of one launch: serial * span + offset (offsets < span)
 
@@ -288,6 +292,7 @@ class Tier1:
         self.pending: _Pending | None = None
         self._serial = 0
         self._warned = False
+        recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
         """Re-attach to a new recorder (a new enable()); drop transient state, keep what was learned."""
@@ -295,6 +300,7 @@ class Tier1:
         self.pool = _pool_for(opts)
         self.recorder = recorder
         self.opts = opts
+        recorder.want_tags = True
         self.hist.clear()
         self.run = None
         self.pending = None
@@ -488,12 +494,16 @@ class Tier1:
         """An op ran eagerly and the recorder has recorded it (`recorder.last_op`)."""
         tensors = _tensors(args)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
-        arg_tags = [a._get_user_data(_RKEY) for a in tensors]
-        out_tags = [o._get_user_data(_RKEY) for o in outs]
+        tags = self.recorder.last_tags
+        if tags is not None:
+            arg_tags, out_tags = tags
+        else:
+            arg_tags = [a._get_user_data(_RKEY) for a in tensors]
+            out_tags = [o._get_user_data(_RKEY) for o in outs]
         last = self.recorder.last_op
         # In-place ops write their argument: serving a fresh result would lose the write.
         fusible = (last is not None and name not in _INPLACE
-                   and all(i.op in FUSIBLE for i in last[0].instrs[last[1]:last[2]]))
+                   and all(op in FUSIBLE for op in last[0].op_names(last[1], last[2])))
         if not fusible:
             self.end_run()
         else:
@@ -503,7 +513,8 @@ class Tier1:
     def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
         block, start, end, out_regs = last
         run = self.run
-        if run is not None and (run.block is not block or run.end != start):
+        if run is not None and (run.block is not block or run.end != start
+                                or len(run.steps) >= MAX_RUN_STEPS):
             self.end_run()
             run = None
         if run is None:
@@ -597,7 +608,7 @@ class Tier1:
 
     def _function(self, run: _OpenRun) -> Function:
         types = self.recorder.program.types
-        body = run.block.instrs[run.start:run.end]
+        body = run.block.instrs_between(run.start, run.end)
         regs = set(run.ext_regs)
         for ins in body:
             regs.update(int(a) for a in ins.args if isinstance(a, Reg))
