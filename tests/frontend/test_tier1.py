@@ -308,3 +308,23 @@ def test_a_group_slower_than_eager_is_switched_off_for_that_size(ref_backend, mo
     assert st["fallbacks"].get("tier1: eager (faster for this size)", 0) >= 10, st["fallbacks"]
     # Mostly eager once measured: well under one served launch per call per run.
     assert sum(k.calls for k in ref_backend) < 2 * 40 // 2, [k.calls for k in ref_backend]
+
+
+def test_runs_are_cut_in_a_loop_without_sync_points(ref_backend):
+    from ms_dynvm.frontend import tier1
+
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32))
+    ms_dynvm.enable(compile_policy="threshold")
+    y = x
+    for _ in range(100):  # 300 fusible ops, no sync: one block
+        y = ops.tanh(y * 0.5 + x)
+    t1 = dispatch._S.mode.tier1
+    t1.end_run()
+    lengths = [len(t.steps) for t in t1.templates.values()]
+    ms_dynvm.disable()
+    assert lengths and max(lengths) <= tier1.MAX_RUN_STEPS, lengths
+    want = x.asnumpy()
+    xr = x.asnumpy()
+    for _ in range(100):
+        want = np.tanh(want * 0.5 + xr)
+    np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-4, atol=2e-4)
