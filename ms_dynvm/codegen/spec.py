@@ -885,12 +885,22 @@ class _Lower:
             step.post = self.code
             return step
 
+        # When the softmax result is a kernel output in f32, the sum pass stores each exp(x - max)
+        # into it and a last pass scales it in place: one exp per element instead of two (the
+        # stored value is the very f32 the sum adds, so results are bit-identical either way).
+        out_bufs = self.out_bufs.get(out, [])
+        keep_e = (ins.op == "softmax" and self.types[out].dtype == "f32" and bool(out_bufs)
+                  and xt.shape[axis] != 1)
+
         def build_sum(outer_vars):
             natural = self._natural(xt.shape, (axis,), kept, outer_vars, True)
 
             def e_eval(idx):
                 d = self.op("f32", "sub", x_eval_f32(idx), self._mat_value(f"max{out}", natural))
-                return self.op("f64", "cast", self.op("f32", "exp", d), src="f32", dst="f64")
+                e = self.op("f32", "exp", d)
+                if keep_e:
+                    self.code.append(Store(out_bufs[0].name, out_bufs[0].address(idx), e))
+                return self.op("f64", "cast", e, src="f32", dst="f64")
 
             step, acc = self._reduction_step(e_eval, xt.shape, (axis,), outer_vars, "sum", "f64")
             if ins.op == "softmax":
@@ -902,9 +912,28 @@ class _Lower:
             step.post = self.code
             return step
 
+        def build_scale(outer_vars):
+            natural = self._natural(xt.shape, (axis,), kept, outer_vars, True)
+            var = self.fresh(f"j{axis}_")
+            idx = [ZERO] * xt.rank
+            for a, v in zip(kept, outer_vars):
+                idx[a] = ("v", v)
+            idx[axis] = ("v", var)
+            idx = tuple(idx)
+            e = self.load(out_bufs[0], idx)
+            r = self.op("f32", "div_plain", e, self._mat_value(f"sum{out}", natural))
+            for b in out_bufs:
+                self.code.append(Store(b.name, b.address(idx), r))
+            # Materialised: later readers load it (in a later nest: the sentinel index never matches
+            # this nest's loop variables, whose scope ends with this step).
+            self.mats[out] = _Mat(out_bufs[0].name, "f32", self.nest_id, r, ("<scaled>",))
+            return Step([(var, ix_dim(xt.shape[axis]))], self.code)
+
         self._try_nest(outer_sizes, build_max)
         # The sum pass needs the max at its own outer point: same nest whenever the max's is current.
         self._try_nest(outer_sizes, build_sum)
+        if keep_e:
+            self._try_nest(outer_sizes, build_scale)
 
     def _lower_layer_norm(self, ins) -> None:
         x = int(ins.args[0])
