@@ -102,6 +102,25 @@ def test_masked_softmax(cache, data, b, s):
 
 
 @settings(max_examples=10)
+@given(data=st.data(), b=sizes, s=st.integers(2, 40), axis=st.sampled_from([0, 1, -1]),
+       as_output=st.booleans())
+def test_softmax_read_again_in_the_same_group(cache, data, b, s, axis, as_output):
+    """The softmax result (scaled in place in its output buffer) consumed by later ops of the group,
+    whether or not it is itself an output; also along axis 0 of a transposed view."""
+    g = groups.G()
+    x = g.param("f32", (B, S))
+    xt = g.op("transpose", x, perm=(1, 0)) if axis == 0 else x
+    y = g.op("softmax", xt, axis=axis)
+    z = g.op("mul", y, 3.0)
+    w = g.op("sum", g.op("add", z, y), axis=(-1,), keepdims=False)
+    outs = [int(y), int(z), int(w)] if as_output else [int(z), int(w)]
+    fn = g.fn(outputs=outs)
+    k = kernel(f"softmax_reuse_{axis}_{as_output}", fn, cache)
+    a = strided(data, draw_array(data, (b, s)))
+    assert_close(k([a]), reference(fn, [np.ascontiguousarray(a)]))
+
+
+@settings(max_examples=10)
 @given(data=st.data(), b=sizes, s=st.integers(2, 40))
 def test_masked_softmax_broadcast_mask(cache, data, b, s):
     """The mask broadcasts over rows ([1, S]) and comes in as a NumPy 0-stride view."""
