@@ -19,7 +19,7 @@ A group whose compile failed is never promoted again (the failure is counted as 
 After compiling, measurement decides (`SizeSwitch`): per size class of the group's first input
 (the bit length of its element count, so roughly per batch size), the executor keeps the handler time
 of recent served calls and of recent eager calls (those from before the compile, then one probe call in
-`PROBE_EVERY` run eagerly on purpose), and serves the class only while its median served time is not
+`PROBE_EVERY` = 32 run eagerly on purpose), and serves the class only while its median served time is not
 above its median eager time (with 5% hysteresis). A class switched off still serves one call in
 `PROBE_EVERY`, so it switches back on when serving becomes cheaper (a warmer cache, other sizes).
 """
@@ -88,7 +88,7 @@ class _SizeClass:
 class SizeSwitch:
     """Serve or run eagerly, per size class, by measured time (see the module docstring)."""
 
-    PROBE_EVERY = 16
+    PROBE_EVERY = 32
     MIN_SAMPLES = 3
     WINDOW = 9
     HYSTERESIS = 0.05
@@ -114,7 +114,7 @@ class SizeSwitch:
         if not c.on:
             return probe
         if len(c.eager) < self.MIN_SAMPLES and len(c.served) >= self.MIN_SAMPLES:
-            probe = probe or c.n % 4 == 0  # no eager measurement of this class yet: probe sooner
+            probe = probe or c.n % 8 == 0  # no eager measurement of this class yet: probe sooner
         return not probe
 
     def record(self, cls: int, seconds: float, served: bool) -> None:

@@ -39,18 +39,18 @@ def test_classes_are_independent_and_a_class_switches_back_on():
     for cls in (3, 9):
         for _ in range(3):
             sw.record(cls, 1.0, False)
-    _calls(sw, 3, 64, served_s=2.0, eager_s=1.0)
-    _calls(sw, 9, 64, served_s=0.5, eager_s=1.0)
+    _calls(sw, 3, 128, served_s=2.0, eager_s=1.0)
+    _calls(sw, 9, 128, served_s=0.5, eager_s=1.0)
     assert not sw.is_on(3) and sw.is_on(9)
     # Serving class 3 became cheap (say a warmer cache): the probes see it and switch it back on.
-    _calls(sw, 3, 16 * SizeSwitch.WINDOW, served_s=0.2, eager_s=1.0)
+    _calls(sw, 3, SizeSwitch.PROBE_EVERY * SizeSwitch.WINDOW, served_s=0.2, eager_s=1.0)
     assert sw.is_on(3)
 
 
 def test_a_class_without_eager_measurements_probes_sooner():
     sw = SizeSwitch()
     d = _calls(sw, 4, 16, served_s=0.5, eager_s=1.0)
-    # After MIN_SAMPLES served calls, every 4th call runs eagerly until the class has eager samples.
+    # After MIN_SAMPLES served calls, every 8th call runs eagerly until the class has eager samples.
     assert not all(d) and sum(not x for x in d[:12]) >= 1
     assert len(sw.classes[4].eager) >= 1
 
