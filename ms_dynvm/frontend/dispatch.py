@@ -81,10 +81,12 @@ class DynVMMode(ms.MsDispatchMode):
 
 
 def _count_served(name: str, phase: str) -> None:
-    m = METRICS
-    m.ops_seen += 1
-    m.ops_by_name[name] += 1
-    m.ops_by_phase[phase] += 1
+    # Counted in the recorder's batch (METRICS.op_names, of the current phase; see
+    # Metrics.flush_ops), as the ops it records are.
+    names = METRICS.op_names
+    names.append(name)
+    if len(names) > 4096:
+        METRICS.flush_ops()
 
 
 class _State:
