@@ -71,6 +71,10 @@ MAX_KERNELS_PER_GROUP = 8
 # one group of thousands of ops (measured: a 27-op chain called in a loop without a sync made a run
 # of ~4096 ops whose C source gcc compiled for over 6 minutes).
 MAX_RUN_STEPS = 64
+# A group abandoned this many times in a row after the same preceding op is not launched there any
+# more, except one try in CTX_RETRY_EVERY.
+CTX_MAX_FAILS = 3
+CTX_RETRY_EVERY = 32
 MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, register number)
@@ -187,6 +191,10 @@ class RunTemplate:
     kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function, guards)
     launches: dict = field(default_factory=dict)  # input (dtype, shape, strides)s -> _Launch
     switch: SizeSwitch = field(default_factory=SizeSwitch)  # serve or not, per size class
+    # Launches abandoned in a row, per context (the op dispatched just before the first op): a
+    # group whose first op also starts other op sequences is not launched where it never completes.
+    ctx_fails: dict = field(default_factory=dict)
+    ctx_skips: int = 0
 
     def __post_init__(self) -> None:
         # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
@@ -244,7 +252,8 @@ class _OpenRun:
         self.ext_regs: list = []
         self.out_tags: dict = {}  # recorder tag -> (j, k)
         self.result_regs: list = []
-        self.hist = hist_snapshot  # history before the run: list of (key, arg tags, out tags), newest first
+        # History before the run, newest first: (name, arg tensors, out tensors, arg tags, out tags).
+        self.hist = hist_snapshot
         self.first_arg_tags: list = []
         self.seconds = 0.0
         self.t_first = None  # perf_counter at the first op's handler entry (set by the handler)
@@ -267,15 +276,16 @@ class _Launch:
 class _Pending:
     """A compiled run being served."""
 
-    __slots__ = ("template", "base", "outs", "step", "t_first", "size_class")
+    __slots__ = ("template", "base", "outs", "step", "t_first", "size_class", "ctx")
 
-    def __init__(self, template, base, outs, t_first, size_class):
+    def __init__(self, template, base, outs, t_first, size_class, ctx):
         self.template = template
         self.base = base  # the launch's base token (see RunTemplate.plans)
         self.outs = outs  # per step: tuple of Tensors
         self.step = 1
         self.t_first = t_first  # perf_counter at the first op's handler entry
         self.size_class = size_class
+        self.ctx = ctx  # the op before the first one (see RunTemplate.ctx_fails)
 
 
 class Tier1:
@@ -292,6 +302,7 @@ class Tier1:
         self.pending: _Pending | None = None
         self._serial = 0
         self._warned = False
+        self.probe_left = 0  # ops left of a group being run eagerly on purpose (no launches)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
@@ -304,6 +315,7 @@ class Tier1:
         self.hist.clear()
         self.run = None
         self.pending = None
+        self.probe_left = 0
 
     # --- serving ----------------------------------------------------------------------------------
     def serve(self, name: str, args):
@@ -336,25 +348,36 @@ class Tier1:
             # what runs between the ops (the same user code as in an eager call, plus MindSpore's
             # per-op work outside the handler).
             t.switch.record(p.size_class, _perf() - p.t_first, True)
+            if p.ctx in t.ctx_fails:
+                del t.ctx_fails[p.ctx]
         self.hist.append((name, tensors, outs, (), ()))
         return outs[0] if plan.n_out == 1 else outs
 
     def _abandon(self, reason: str):
         METRICS.fallbacks[f"tier1: {reason}"] += 1
+        p = self.pending
         self.pending = None
+        fails = p.template.ctx_fails
+        fails[p.ctx] = fails.get(p.ctx, 0) + 1
         return _MISS
 
     def try_start(self, name: str, args):
         """If a compiled run starts with this op and its inputs bind and its guards hold, run the
         kernel and return the first op's result; else _MISS."""
         cands = self.starts.get(name)
-        if not cands:
+        if not cands or self.probe_left:
             return _MISS
         t0 = _perf()
+        ctx = self.hist[-1][0] if self.hist else None
         for t in cands:
             tensors = t.plans[0].match(args)
             if tensors is None:
                 continue
+            if len(t.steps) > 1 and t.ctx_fails.get(ctx, 0) >= CTX_MAX_FAILS:
+                t.ctx_skips += 1
+                if t.ctx_skips % CTX_RETRY_EVERY:
+                    METRICS.guard_failures["abandoned_here_before"] += 1
+                    continue
             bound = self._bind(t, tensors)
             if bound is None:
                 METRICS.guard_failures["unbindable_input"] += 1
@@ -371,6 +394,9 @@ class Tier1:
                     t.launches.clear()
                 t.launches[lkey] = launch
             if not t.switch.should_serve(launch.size_class):
+                # The group's ops run eagerly now; no other group is launched inside them, so the
+                # eager run is this group's and measures it.
+                self.probe_left = len(t.steps)
                 on = t.switch.is_on(launch.size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
                 continue
@@ -475,7 +501,8 @@ class Tier1:
             grouped.append(tuple(res))
             i += step.n_out
         if len(t.steps) > 1:
-            self.pending = _Pending(t, base, grouped, t0, launch.size_class)
+            self.pending = _Pending(t, base, grouped, t0, launch.size_class,
+                                    self.hist[-1][0] if self.hist else None)  # before the push below
         else:
             self.pending = None
             t.switch.record(launch.size_class, _perf() - t0, True)
@@ -492,6 +519,8 @@ class Tier1:
 
     def after_op(self, name: str, args, out, seconds: float) -> None:
         """An op ran eagerly and the recorder has recorded it (`recorder.last_op`)."""
+        if self.probe_left:
+            self.probe_left -= 1
         tensors = _tensors(args)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         tags = self.recorder.last_tags
@@ -518,7 +547,7 @@ class Tier1:
             self.end_run()
             run = None
         if run is None:
-            run = self.run = _OpenRun(block, start, [(k, at, ot) for k, _, _, at, ot in reversed(self.hist)])
+            run = self.run = _OpenRun(block, start, list(reversed(self.hist)))
         srcs = []
         for tensor, tag in zip(tensors, arg_tags):
             if tag in run.out_tags:
@@ -557,7 +586,16 @@ class Tier1:
             return ("arg", first_args.index(tag))
         if tag in run.first_arg_tags:
             return ("arg", run.first_arg_tags.index(tag))
-        for d, (k, arg_tags, out_tags) in enumerate(run.hist, 1):
+        hist = run.hist
+        for d in range(1, len(hist) + 1):
+            k, a, o, arg_tags, out_tags = hist[d - 1]
+            if not arg_tags and not out_tags and (a or o):
+                # A served op (not recorded, so no tags when it ran): its tensors carry the tags the
+                # recorder gave them since (as inputs of later eager ops). Read them now, once, so
+                # that a run after a served one binds as the same run did after the eager one.
+                arg_tags = [x._get_user_data(_RKEY) for x in a]
+                out_tags = [x._get_user_data(_RKEY) for x in o]
+                hist[d - 1] = (k, a, o, arg_tags, out_tags)
             # Only the op's name is kept, not its arguments: those may hold dynamic sizes (a reshape
             # target), which would make a new run key per size. Binding a wrong tensor is harmless:
             # the identity check when the step arrives abandons the run.
