@@ -1,6 +1,6 @@
 """The optimisation pipeline: a flat, named list of `Function -> Function` passes run in order.
 
-    PIPELINE = dce, cse, simplify, fold, dce
+    PIPELINE = dce, cse, simplify, fold, dce   (repeated by `optimize` until a fixpoint)
 
 dce first so the later passes see less; cse before simplify so equal subexpressions simplify once;
 fold after simplify (simplify leaves splat producers in place, fold turns splat chains into single
@@ -68,6 +68,16 @@ def run_pipeline(fn: Function, passes: Sequence[Pass] = PIPELINE, *, verify_each
     return fn
 
 
+MAX_ROUNDS = 4
+
+
 def optimize(fn: Function, verify_each: bool = False) -> Function:
-    """`fn` through PIPELINE."""
-    return run_pipeline(fn, PIPELINE, verify_each=verify_each)
+    """`fn` through PIPELINE, repeated until nothing changes (at most MAX_ROUNDS times): a rewrite
+    of one pass can enable another that already ran (simplify removing a no-op cast makes two
+    expressions equal for cse), so one round is not always a fixpoint."""
+    for _ in range(MAX_ROUNDS):
+        out = run_pipeline(fn, PIPELINE, verify_each=verify_each)
+        if out == fn:
+            return out
+        fn = out
+    return fn
