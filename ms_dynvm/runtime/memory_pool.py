@@ -3,12 +3,13 @@
 Design
 ------
 An `Allocator` hands out raw blocks (`alloc(nbytes) -> (ptr, owner_obj)`, `free(owner_obj)`);
-`HostAllocator` backs them with 64-byte aligned NumPy uint8 arrays. A device allocator (pycuda
-`mem_alloc`, whose `DeviceAllocation` is the owner object and `int(owner)` the pointer) plugs in the
-same way: the pool only ever looks at `ptr` and passes `owner_obj` back to `free`.
+`HostAllocator` backs them with 64-byte aligned NumPy memory (the owner is the uint8 ndarray that owns
+it, `ptr` an aligned address inside). A device allocator (pycuda `mem_alloc`, whose `DeviceAllocation`
+is the owner object and `int(owner)` the pointer) plugs in the same way: the pool only ever looks at
+`ptr` and passes `owner_obj` back to `free`; only `Pool.array` needs host memory.
 
-`Pool.allocate(nbytes)` returns a `Buffer` with refcount 1. Requests are rounded up to the 64-byte
-alignment granule `g` (an aligned block takes that much anyway) and mapped to a size class:
+Requests are rounded up to the 64-byte alignment granule `g` (an aligned block takes that much
+anyway) and mapped to a size class:
 
 - `g <= 1 MiB`: the next power of two, at least 64 B (15 classes: shapes that differ a little share
   blocks, which is what a dynamic-shape VM produces);
@@ -16,56 +17,101 @@ alignment granule `g` (an aligned block takes that much anyway) and mapped to a 
   where the bytes matter.
 
 If the class would waste more than 25% of it (`4 * (class - g) > class`, possible only below 1 MiB,
-e.g. 640 B -> 1024 B) the request gets an exact block of `g` bytes instead (`exact_allocs`). Exact
-blocks are still pooled, in a free list keyed by their exact size: a VM replays the same shapes, so
-the same odd size comes back. An exact size is never a class size (a class size wastes nothing), so
-one dict keyed by block capacity holds every free list.
+e.g. 640 B -> 1024 B) the request gets an exact block of `g` bytes instead (`exact_allocs`). Free
+blocks sit in one LIFO stack per capacity (class or exact size), with a sorted index of the
+capacities for best fit.
 
-Lifetime: `retain()`/`release()` move the count; a buffer whose count reaches zero goes to a
-delayed-release queue and only joins its free list at the next `safe_point()` (end of a group or
-region execution; a stream sync on GPU). A kernel still in flight on a stream therefore never sees
-its inputs or outputs handed to someone else.
+Where a request goes (`allocate`, `array`): its own stack (the hot path: a dict lookup and a pop);
+else best fit, the smallest free block of capacity <= 2x the request, 8x above 64 KiB
+(`reused_larger`); else a fresh block. Before reserving a fresh block the pool trims free blocks,
+least recently freed first, until `reserved + new <= (1 + headroom) * max(peak_live, live + new)`
+(headroom 0.15 by default; None keeps every free block), and never above `soft_cap`: so
+`peak_reserved <= 1.15 x peak_live` holds by construction, and what the measurement decides is
+whether reuse survives it. On the seq_len 32..256 soak (profiling/bench_pool_soak.py) exact-size
+free lists per distinct size had reserved 256 MiB for a 14.5 MiB peak; with best fit and the target,
+reuse after warm-up stays above 99.9%, because dynamic shapes converge on the blocks of the largest
+shapes, which serve every smaller one. (Simulated on the soak's allocation trace: best fit without
+the target kept ~1.7x the peak; the target without best fit dropped reuse to ~62%.) The 2x bound
+below 64 KiB keeps a small long-lived array (a loss scalar kept in a list) from pinning a large
+block; 8x covers the soak's seq_len range. Since best fit may give a request a larger block,
+`live_bytes` (capacities) exceeds `requested_bytes`; the soak reports both ratios.
 
-`Pool.array(shape, dtype)` wraps a buffer as a NumPy array for zero-copy hand-off
-(`Tensor.from_numpy` keeps the array alive); see `Pool.array` for why its lifetime is exact.
+Lifetime. Two kinds of holders:
+- Explicit (`Buffer` from `allocate`, for non-array users such as device buffers): `retain()` /
+  `release()` move a count; a buffer whose count reaches zero goes to a delayed-release queue (PENDING)
+  and joins its free list only at the next `safe_point()`.
+- Arrays (`Pool.array`): no finalizer and no wrapper object. Every block keeps one root ndarray that
+  owns (or exports) its memory; `array` returns `np.ndarray(shape, dtype, root, offset)`, whose
+  `.base` is the root, and NumPy collapses the `.base` of every view, slice, reshape or `.view()` of it
+  to the root as well (a `memoryview`, or `Tensor.from_numpy`, holds the array, which holds the root).
+  So the root's CPython refcount is the pool's own references (measured once, when the block is made:
+  `rc0`) plus one per object that can still reach the memory. Blocks handed out as arrays are
+  "watched"; `safe_point()` polls `sys.getrefcount(root)` of each, and a block back at `rc0` goes
+  straight to its free list (the safe point is the delay). MindSpore keeps the array referenced for as
+  long as any tensor over it lives: `Tensor.from_numpy(a)` holds `a`, and views of the tensor
+  (reshape, slicing, transpose, `asnumpy()`) hold it too (checked with MindSpore in
+  tests/runtime/test_memory_pool.py). An object that keeps only a raw pointer (`a.ctypes.data`) is not
+  seen: use the memory only while you hold the array. Without `launch_blocking` MindSpore queues
+  ops, and a queued op holds its input tensors (so the array) until it has run: the refcount covers
+  that too. A watched block whose arrays survived PROMOTE_AFTER (8) polls is polled every
+  OLD_POLL_EVERY (16) safe points only, and at the next safe point after a fresh block was needed, so
+  long-lived arrays (activations kept for backward, a list of losses) do not make every safe point
+  slower; such a block is reused that much later, never earlier. `array_buffer(a).retain()` keeps a
+  block past its arrays; the arrays hold one count of their own, released by the poll.
+A kernel still in flight on a stream therefore never sees its inputs or outputs handed to someone else,
+and no block is handed out while an array or view over it is alive.
 
-Caps: above `soft_cap` (reserved bytes) a miss first reuses a free block of up to twice the needed
-size, else trims free lists before reserving a new block, and `safe_point` trims back to the soft
-cap. Above `hard_cap` it trims, and if the new block still would not fit, it falls back to a plain
-`np.empty` outside the pool (`fallback_allocs`; such buffers behave the same, delayed release
-included, but are dropped at the safe point instead of pooled).
+Caps: `soft_cap` bounds `reserved_bytes` by trimming free blocks (on a miss, and at safe points); a
+request that does not fit under it still gets a fresh block (only `hard_cap` refuses). Above
+`hard_cap` the pool trims, and if the new block still would not fit, it falls back to a block from the
+allocator that is not pooled (`fallback_allocs`; such buffers behave the same, delayed release and
+polling included, but are returned to the allocator at the safe point instead of pooled).
 An allocator error (out of memory) frees every free block and retries once, as CuPy does.
 
-Invariants (checked by tests/runtime/test_memory_pool.py)
----------------------------------------------------------
-- A block is in exactly one state: LIVE (count > 0), PENDING (count 0, before the next safe point),
-  FREE (in its free list), or GONE (trimmed and returned to the allocator). A fallback buffer goes
-  FALLBACK (count > 0) -> PENDING -> GONE.
-- Only FREE blocks are handed out again or trimmed, so no two referenced buffers overlap and nothing
-  is reused before a safe point.
-- `reserved_bytes == live + pending + free` block capacities, so `live_bytes <= reserved_bytes`.
+States and invariants (checked by tests/runtime/test_memory_pool.py)
+--------------------------------------------------------------------
+- A block is in exactly one state: LIVE (handed out: explicit count > 0, or watched and not yet seen
+  unreferenced at a safe point), PENDING (explicit count 0, before the next safe point), FREE (in its
+  free list), or GONE (trimmed and returned to the allocator). A fallback block goes FALLBACK -> PENDING
+  -> GONE (or FALLBACK -> GONE at the safe point that finds its arrays gone).
+- Only FREE blocks are handed out again or trimmed, so no two referenced buffers overlap, no block is
+  handed out while an array over it lives, and nothing is reused before a safe point.
+- `reserved_bytes == live_bytes + pending_bytes + free_bytes` (capacities), so `live_bytes <=
+  reserved_bytes`; `requested_bytes <= live_bytes`.
 - `allocs == reused + fresh_allocs + fallback_allocs`.
 
-Thread safety: one `threading.Lock` guards all pool state; the hit path under it is a dict lookup,
-a list pop and a few integer updates. The array finalizer does not take the lock (it can run inside
-a garbage collection triggered while this thread holds it): it appends to a deque, which is drained
-under the lock by `safe_point()` and `stats()`.
+Thread safety: one `threading.Lock` guards all pool state. `array` creates the ndarray after the lock
+is released, holding the root in a local variable meanwhile, so a `safe_point` in another thread sees
+the block referenced. The pool has no finalizer or `__del__`, so nothing of it runs inside a garbage
+collection.
+
+Cost (profiling/bench_pool_soak.py, medians per buffer on a noisy 2-core VM, varying by ~1.5x
+from run to run): `array` + drop + `safe_point` 1.2-2.5 us, `allocate` + `release` + `safe_point`
+1.1-2.2 us, a fresh `np.empty` 0.3-0.6 us. The hot paths are inlined (hence some repeated code);
+what is left is the lock (~0.1-0.2 us a pair), `np.ndarray(shape, dtype, root, offset)` (~0.3 us),
+the method calls and a dozen attribute updates.
 
 Measured (`stats()`; `ms_dynvm.stats()` reports them with a `pool_` prefix)
 ---------------------------------------------------------------------------
-live_bytes / reserved_bytes (capacities of referenced blocks / of all blocks the pool holds),
-peak_live_bytes, peak_reserved_bytes, reuse_rate (allocations served from a free list / all
-allocations), fragmentation (1 - largest free block / total free bytes, 0 when nothing is free),
-allocs, exact_allocs (requests routed to an exact-size block, fresh or reused), fallback_allocs;
-also pending_bytes, free_bytes, fallback_bytes (held outside the pool), reused, fresh_allocs, trimmed_bytes,
-safe_points. `bench(n)` prints allocate+release cost against a fresh `np.empty`.
+live_bytes (capacities of LIVE blocks: a watched block counts until the safe point that finds it
+unreferenced), requested_bytes (the bytes asked for by those blocks' holders), reserved_bytes
+(capacities of all blocks the pool holds), peak_live_bytes, peak_requested_bytes,
+peak_reserved_bytes, reuse_rate (allocations served from a free list / all allocations), fragmentation
+(1 - largest free block / total free bytes, 0 when nothing is free), allocs, exact_allocs (requests
+whose class would waste > 25%, served by an exact-size block or by best fit), fallback_allocs; also
+pending_bytes, free_bytes, fallback_bytes (held outside the pool), reused, reused_larger (best fit
+from a larger capacity), fresh_allocs, trimmed_bytes, watched (blocks handed out as arrays not yet
+seen unreferenced), safe_points. `bench(n)` prints allocate+release and array+drop cost against a
+fresh `np.empty`.
 """
 
 from __future__ import annotations
 
-import collections
+import bisect
 import math
+import operator
 import statistics
+import sys
 import threading
 import time
 import weakref
@@ -78,9 +124,18 @@ MIN_CLASS = 64
 FINE_ABOVE = 1 << 20  # classes above 1 MiB use 4 steps per power of two
 FINE_STEPS_LOG2 = 2  # 4 steps
 MAX_WASTE = 0.25
+SMALL_REQUEST = 64 << 10  # best fit bound: up to 2x at or below this, up to 8x above
+REUSE_SMALL, REUSE_LARGE = 2, 8
+HEADROOM = 0.15  # default reserve target: reserved <= 1.15 x peak live when a fresh block is needed
+PROMOTE_AFTER = 8  # watched blocks that survive this many polls are polled less often
+OLD_POLL_EVERY = 16  # safe points between polls of those
 
 # Buffer states.
 LIVE, PENDING, FREE, GONE, FALLBACK = "live", "pending", "free", "gone", "fallback"
+
+_getrefcount = sys.getrefcount
+_prod = math.prod
+_ndarray = np.ndarray
 
 
 def round_up(nbytes: int, align: int = ALIGN) -> int:
@@ -114,9 +169,11 @@ _BLOCK_CACHE: dict[int, tuple[int, bool]] = {}
 
 class Allocator:
     """Raw block source. `alloc` returns `(ptr, owner_obj)`; the block stays valid while `owner_obj`
-    is referenced and until `free(owner_obj)`. Raise MemoryError when out of memory."""
+    is referenced and until `free(owner_obj)`. Raise MemoryError when out of memory. `host` is True
+    when the owner is a NumPy array whose memory holds `ptr` (then `Pool.array` works)."""
 
     alignment: int = ALIGN
+    host: bool = False
 
     def alloc(self, nbytes: int) -> tuple[int, object]:
         raise NotImplementedError
@@ -126,10 +183,13 @@ class Allocator:
 
 
 class HostAllocator(Allocator):
-    """64-byte aligned host blocks: a uint8 view, aligned, into a slightly larger `np.empty`.
+    """64-byte aligned host blocks: an aligned address inside a slightly larger `np.empty`, which is
+    the owner.
 
     `free` only drops the pool's reference; the memory goes back to the C heap when the last
     reference (the pool's, or an array still built on it) is gone."""
+
+    host = True
 
     def __init__(self) -> None:
         self.allocated = 0
@@ -138,13 +198,16 @@ class HostAllocator(Allocator):
     def alloc(self, nbytes: int) -> tuple[int, np.ndarray]:
         raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
         base = raw.__array_interface__["data"][0]
-        off = (-base) % ALIGN
-        view = raw[off:off + nbytes]
         self.allocated += 1
-        return base + off, view
+        return base + (-base) % ALIGN, raw
 
     def free(self, owner: object) -> None:
         self.freed += 1
+
+
+# id(root) -> Buffer for host blocks not GONE: `array_buffer`'s lookup. The Buffer holds the root
+# until it is GONE, so an id here is never a recycled one; weak, so a dropped pool's blocks go.
+_BY_ROOT: weakref.WeakValueDictionary[int, "Buffer"] = weakref.WeakValueDictionary()
 
 
 class Buffer:
@@ -152,7 +215,8 @@ class Buffer:
     `retain()`/`release()`; the block is reused only after the count reaches zero AND a safe point
     has passed. Do not touch the memory after your last `release()`."""
 
-    __slots__ = ("pool", "ptr", "owner", "capacity", "nbytes", "exact", "refcount", "state")
+    __slots__ = ("pool", "ptr", "owner", "root", "off", "rc0", "capacity", "nbytes", "exact",
+                 "refcount", "state", "watched", "age", "freed_at", "__weakref__")
 
     def __init__(self, pool: Pool, ptr: int, owner: object, capacity: int, exact: bool) -> None:
         self.pool = pool
@@ -163,6 +227,19 @@ class Buffer:
         self.exact = exact
         self.refcount = 0
         self.state = GONE
+        self.watched = False
+        self.age = 0
+        self.freed_at = 0
+        self.rc0 = 0
+        if isinstance(owner, np.ndarray):
+            probe = owner[:0]  # NumPy collapses a view's base to the array that owns the memory
+            self.root = probe.base if probe.base is not None else owner
+            self.off = ptr - self.root.__array_interface__["data"][0]
+            del probe
+            _BY_ROOT[id(self.root)] = self
+        else:
+            self.root = None
+            self.off = 0
 
     def retain(self) -> Buffer:
         with self.pool._lock:
@@ -172,220 +249,440 @@ class Buffer:
         return self
 
     def release(self) -> None:
-        with self.pool._lock:
-            self.pool._release_locked(self)
+        pool = self.pool
+        lock = pool._lock
+        lock.acquire()
+        try:
+            if self.refcount == 1 and self.state is LIVE and not self.watched:  # the common case
+                live = pool._live
+                if live > pool._peak_live:  # Pool._update_peaks_locked, inlined
+                    pool._peak_live = live
+                if pool._req > pool._peak_req:
+                    pool._peak_req = pool._req
+                self.refcount = 0
+                self.state = PENDING
+                pool._live = live - self.capacity
+                pool._req -= self.nbytes
+                pool._pending_bytes += self.capacity
+                pool._pending.append(self)
+            else:
+                pool._release_locked(self)
+        finally:
+            lock.release()
 
     def host_view(self) -> np.ndarray:
-        """The block's first `nbytes` as uint8 (host allocators only). Valid until release."""
-        return self.owner[:self.nbytes]
+        """The block's first `nbytes` as uint8 (host allocators only). Valid until release (an
+        explicit buffer's views do not keep it; use `Pool.array` for that)."""
+        return self.root[self.off:self.off + self.nbytes]
 
     def __repr__(self) -> str:
         return (f"Buffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, capacity={self.capacity}, "
-                f"refcount={self.refcount}, state={self.state})")
+                f"refcount={self.refcount}, state={self.state}, watched={self.watched})")
 
 
-_TYPESTR: dict[np.dtype, str] = {}
+def _calibrate(buf: Buffer) -> None:
+    # The pool's own references to the root, plus getrefcount's argument: `safe_point` evaluates the
+    # same expression, so a block is back at `rc0` exactly when nothing else refers to its root. Called
+    # where no local variable refers to the root.
+    buf.rc0 = _getrefcount(buf.root)
 
 
-class _ArrayOwner:
-    """Exports a pooled buffer to NumPy through `__array_interface__`: the array's `.base` is this
-    object, and it keeps the storage referenced so the memory is valid for as long as it lives."""
-
-    __slots__ = ("__array_interface__", "storage", "buffer", "__weakref__")
-
-
-def array_buffer(arr: np.ndarray) -> Buffer | None:
-    """The pooled `Buffer` under an array made by `Pool.array` (or a view of one), else None.
-    Retain it to keep the block out of the free lists independently of the array."""
+def array_buffer(arr) -> Buffer | None:
+    """The pooled `Buffer` under an array made by `Pool.array` (or a view, or a memoryview, of one),
+    else None. Retain it to keep the block out of the free lists independently of the arrays."""
     obj = arr
-    while isinstance(obj, np.ndarray):
-        obj = obj.base
-    return obj.buffer if isinstance(obj, _ArrayOwner) else None
+    while obj is not None:
+        buf = _BY_ROOT.get(id(obj))
+        if buf is not None and buf.root is obj:
+            return buf
+        if isinstance(obj, np.ndarray):
+            obj = obj.base
+        elif isinstance(obj, memoryview):
+            obj = obj.obj
+        else:
+            return None
+    return None
+
+
+# dtype argument -> (np.dtype, {shape tuple: (nbytes, capacity, exact)}): `Pool.array`'s hot path is
+# two dict lookups instead of np.dtype(), math.prod and block_size.
+_DTYPES: dict = {}
+_CACHE_LIMIT = 8192  # shapes per dtype; past it, lookups are computed (correct, only slower)
+
+
+def _lookup(dtype, shape) -> tuple:
+    """(shape tuple, np.dtype, nbytes, capacity, exact) for `Pool.array`; fills the caches."""
+    try:
+        entry = _DTYPES.get(dtype)
+    except TypeError:  # an unhashable dtype spec (a list of fields)
+        entry = None
+    if entry is None:
+        dt = np.dtype(dtype)
+        entry = (dt, {})
+        try:
+            if len(_DTYPES) < 256:
+                _DTYPES[dtype] = entry
+        except TypeError:
+            pass
+    dt, shapes = entry
+    key = None
+    if isinstance(shape, (int, np.integer)):
+        key = shape = operator.index(shape)  # cached as an int too: `array(n)` stays on the hot path
+        dims = (shape,)
+    elif type(shape) is not tuple or not all(type(d) is int for d in shape):
+        shape = dims = tuple(map(operator.index, shape))  # TypeError for 2.0, as np.empty
+    else:
+        dims = shape
+    hit = shapes.get(dims)
+    if hit is None:
+        if any(d < 0 for d in dims):
+            raise ValueError(f"negative dimensions in {dims}")
+        nbytes = dt.itemsize * math.prod(dims)
+        hit = (nbytes, *block_size(nbytes))
+        if len(shapes) < _CACHE_LIMIT:
+            shapes[dims] = hit
+    if key is not None and len(shapes) < _CACHE_LIMIT:
+        shapes[key] = hit
+    return (shape, dt, *hit)
 
 
 class Pool:
     """Size-bucketed, refcounted pool over one `Allocator` (host by default).
 
-    `soft_cap` / `hard_cap` bound `reserved_bytes` (None = unbounded); see the module docstring."""
+    `soft_cap` / `hard_cap` bound `reserved_bytes` (None = unbounded); `headroom` sets the reserve
+    target `(1 + headroom) x peak live` kept when fresh blocks are needed (None = keep every free
+    block). See the module docstring."""
 
     def __init__(self, allocator: Allocator | None = None, soft_cap: int | None = None,
-                 hard_cap: int | None = None) -> None:
+                 hard_cap: int | None = None, headroom: float | None = HEADROOM) -> None:
         if soft_cap is not None and hard_cap is not None and soft_cap > hard_cap:
             raise ValueError("soft_cap must not exceed hard_cap")
+        if headroom is not None and headroom < 0:
+            raise ValueError("headroom must be >= 0")
         self.allocator = allocator if allocator is not None else HostAllocator()
         self.soft_cap = soft_cap
         self.hard_cap = hard_cap
+        self.headroom = headroom
+        self._host = bool(getattr(self.allocator, "host", False))
         self._lock = threading.Lock()
         self._free: dict[int, list[Buffer]] = {}  # capacity -> LIFO stack (warm blocks first)
+        # Sorted keys of _free. A stack that runs empty stays (no index upkeep on the hot path);
+        # best fit drops the empty ones it walks past, trimming rebuilds both.
+        self._caps: list[int] = []
         self._pending: list[Buffer] = []
-        self._pending_fallback: list[Buffer] = []  # dropped (not pooled) at the next safe point
-        self._dropped: collections.deque[Buffer] = collections.deque()  # array finalizer releases
-        self._live = self._pending_bytes = self._free_bytes = self._fallback_bytes = 0
-        self._peak_live = self._peak_reserved = 0
-        self._allocs = self._reused = self._fresh = self._exact = self._fallback = 0
+        self._pending_fallback: list[Buffer] = []  # returned to the allocator at the next safe point
+        self._young: list[Buffer] = []  # watched blocks, polled at every safe point
+        self._old: list[Buffer] = []  # watched blocks that survived PROMOTE_AFTER polls
+        self._poll_old = False  # a fresh block was needed: poll the old ones at the next safe point
+        # Bytes: reserved = live + pending + free (free is derived).
+        self._reserved = self._live = self._req = self._pending_bytes = self._fallback_bytes = 0
+        self._peak_live = self._peak_req = self._peak_reserved = 0
+        self._reused = self._larger = self._fresh = self._exact = self._fallback = 0
         self._trimmed = self._safe_points = 0
 
     # -- allocation ---------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Buffer:
-        """A buffer of at least `nbytes` bytes with refcount 1."""
+        """A buffer of at least `nbytes` bytes with refcount 1 (an explicit holder: `release()` it)."""
         if nbytes < 0:
             raise ValueError("nbytes must be >= 0")
-        cap, exact = block_size(nbytes)
-        with self._lock:
-            self._allocs += 1
-            if exact:
-                self._exact += 1
+        cap, exact = _BLOCK_CACHE.get(nbytes) or block_size(nbytes)
+        lock = self._lock
+        lock.acquire()
+        try:
             stack = self._free.get(cap)
-            if stack:  # hit: the hot path
+            if stack:  # the hot path of _take_locked, inlined
                 buf = stack.pop()
-                if buf.state is not FREE:  # cheap guard: a broken invariant must not hand out memory
+                if buf.state is not FREE:
                     raise RuntimeError(f"memory pool corrupted: free list holds {buf!r}")
-                self._free_bytes -= cap
+                buf.state = LIVE
+                self._live += cap
+                self._req += nbytes
                 self._reused += 1
+                if exact:
+                    self._exact += 1
             else:
-                try:
-                    buf = self._miss_locked(cap, exact, nbytes)
-                except BaseException:
-                    self._allocs -= 1  # keep allocs == reused + fresh + fallback
-                    self._exact -= exact
-                    raise
-                if buf.state == FALLBACK:
-                    return buf
-            buf.state = LIVE
+                buf = self._take_locked(cap, exact, nbytes)
             buf.refcount = 1
             buf.nbytes = nbytes
-            self._live += buf.capacity
-            if self._live > self._peak_live:
-                self._peak_live = self._live
+        finally:
+            lock.release()
+        return buf
+
+    def _take_locked(self, cap: int, exact: bool, nbytes: int) -> Buffer:
+        """A block for `nbytes`, LIVE (or FALLBACK) and counted, its holder fields not yet set.
+        (`allocate` and `array` inline the first branch.)"""
+        stack = self._free.get(cap)
+        if stack:  # hit: the hot path
+            buf = stack.pop()
+            self._reused += 1
+        else:
+            buf = self._miss_locked(cap, exact, nbytes)  # may raise: nothing counted yet
+        if exact:
+            self._exact += 1
+        if buf.state is FALLBACK:
+            return buf
+        if buf.state is not FREE:  # cheap guard: a broken invariant must not hand out memory
+            raise RuntimeError(f"memory pool corrupted: free list holds {buf!r}")
+        buf.state = LIVE
+        self._live += buf.capacity
+        self._req += nbytes
         return buf
 
     def _miss_locked(self, cap: int, exact: bool, nbytes: int) -> Buffer:
-        limit = self.soft_cap if self.soft_cap is not None else self.hard_cap
-        if limit is not None and self._reserved() + cap > limit:
-            buf = self._take_larger_locked(cap)  # prefer reuse to growing
-            if buf is not None:
+        """No block in the request's own stack: best fit, else a fresh block (FREE, uncounted as
+        live yet), else a FALLBACK block."""
+        g = max(round_up(nbytes), MIN_CLASS)
+        bound = g * (REUSE_SMALL if g <= SMALL_REQUEST else REUSE_LARGE)
+        caps, free = self._caps, self._free
+        i = bisect.bisect_left(caps, g)
+        while i < len(caps) and caps[i] <= bound:
+            stack = free[caps[i]]
+            if stack:
                 self._reused += 1
-                return buf
-            self._trim_locked(limit - cap, keep=cap)
-        if self.hard_cap is not None and self._reserved() + cap > self.hard_cap:
-            return self._fallback_locked(nbytes)
+                self._larger += 1
+                return stack.pop()
+            del free[caps[i]]  # an empty stack walked past: drop it from the index
+            del caps[i]
+        # A fresh block: first trim free blocks down to the reserve target.
+        self._update_peaks_locked()
+        self._poll_old = True
+        target = None
+        if self.headroom is not None:
+            target = (1.0 + self.headroom) * max(self._peak_live, self._live + cap)
+        if self.soft_cap is not None:
+            target = self.soft_cap if target is None else min(target, self.soft_cap)
+        if target is not None and self._reserved + cap > target:
+            self._trim_locked(target - cap)
+        if self.hard_cap is not None and self._reserved + cap > self.hard_cap:
+            self._trim_locked(self.hard_cap - cap)
+            if self._reserved + cap > self.hard_cap:
+                return self._fallback_locked(nbytes)
+        buf = self._new_block_locked(cap, exact)
+        if buf.root is not None:
+            _calibrate(buf)
+        self._fresh += 1
+        buf.state = FREE  # until _take_locked makes it LIVE
+        self._reserved += cap
+        if self._reserved > self._peak_reserved:
+            self._peak_reserved = self._reserved
+        return buf
+
+    def _new_block_locked(self, cap: int, exact: bool) -> Buffer:
         try:
             ptr, owner = self.allocator.alloc(cap)
         except MemoryError:
             self._trim_locked(0)
             ptr, owner = self.allocator.alloc(cap)
-        self._fresh += 1
-        buf = Buffer(self, ptr, owner, cap, exact)
-        reserved = self._reserved() + cap
-        if reserved > self._peak_reserved:
-            self._peak_reserved = reserved
-        return buf
-
-    def _take_larger_locked(self, cap: int) -> Buffer | None:
-        best = None
-        for c, stack in self._free.items():
-            if stack and cap < c <= 2 * cap and (best is None or c < best):
-                best = c
-        if best is None:
-            return None
-        self._free_bytes -= best
-        buf = self._free[best].pop()
-        if buf.state is not FREE:
-            raise RuntimeError(f"memory pool corrupted: free list holds {buf!r}")
-        return buf
+        return Buffer(self, ptr, owner, cap, exact)
 
     def _fallback_locked(self, nbytes: int) -> Buffer:
         self._fallback += 1
-        raw = np.empty(max(nbytes, 1) + ALIGN, dtype=np.uint8)
-        base = raw.__array_interface__["data"][0]
-        off = (-base) % ALIGN
-        buf = Buffer(self, base + off, raw[off:off + max(nbytes, 1)], max(nbytes, 1), False)
+        buf = self._new_block_locked(max(round_up(nbytes), MIN_CLASS), False)
+        if buf.root is not None:
+            _calibrate(buf)
         buf.state = FALLBACK
-        buf.refcount = 1
-        buf.nbytes = nbytes
         self._fallback_bytes += buf.capacity
         return buf
+
+    def _update_peaks_locked(self) -> None:
+        # Live and requested bytes only grow between the points that call this (a release, a safe
+        # point, a fresh block, stats), so their peaks are exact without a check per allocation.
+        if self._live > self._peak_live:
+            self._peak_live = self._live
+        if self._req > self._peak_req:
+            self._peak_req = self._req
 
     def _release_locked(self, buf: Buffer) -> None:
         if buf.refcount <= 0:
             raise RuntimeError(f"release() on a buffer with refcount {buf.refcount} ({buf.state})")
+        if buf.refcount == 1 and buf.watched:
+            raise RuntimeError("release() of the count held by arrays: retain() first, or drop the arrays")
         buf.refcount -= 1
         if buf.refcount:
             return
-        if buf.state == FALLBACK:  # delayed too: a kernel in flight may still use it
+        if buf.state is FALLBACK:  # delayed too: a kernel in flight may still use it
             buf.state = PENDING
             self._pending_fallback.append(buf)
             return
+        self._update_peaks_locked()
         buf.state = PENDING
         self._live -= buf.capacity
+        self._req -= buf.nbytes
         self._pending_bytes += buf.capacity
         self._pending.append(buf)
 
-    def _drain_dropped_locked(self) -> None:
-        dropped = self._dropped
-        while dropped:
-            self._release_locked(dropped.popleft())
+    def _push_free_locked(self, buf: Buffer) -> None:
+        buf.state = FREE
+        buf.freed_at = self._safe_points
+        cap = buf.capacity
+        stack = self._free.get(cap)
+        if stack is None:
+            self._free[cap] = [buf]
+            bisect.insort(self._caps, cap)
+        else:
+            stack.append(buf)
+
+    def _gone_locked(self, buf: Buffer) -> None:
+        buf.state = GONE
+        if buf.root is not None:
+            _BY_ROOT.pop(id(buf.root), None)
+        owner = buf.owner
+        buf.owner = buf.root = None
+        self.allocator.free(owner)
 
     # -- NumPy arrays -------------------------------------------------------------------------
     def array(self, shape: int | Sequence[int], dtype: np.dtype | type | str = np.float32) -> np.ndarray:
-        """An uninitialised C-contiguous array over a pooled buffer, released when the array dies.
+        """An uninitialised C-contiguous array over a pooled block, reusable once no array, view or
+        MindSpore tensor over it is left (seen at a safe point; see the module docstring).
 
-        The array is made from a small `_ArrayOwner` through `__array_interface__`, so
-        `array.base is owner`. NumPy collapses a view's `.base` only through ndarrays, never past a
-        non-ndarray exporter, so every view, slice, reshape or `memoryview` of the array (or of its
-        views) references either the array or the owner: the owner lives exactly as long as some
-        array over the memory. `weakref.finalize(owner, ...)` therefore fires only when the last
-        of them is gone; it queues the release, and the block becomes reusable at the next safe
-        point after that. MindSpore's `Tensor.from_numpy` holds the array, so a tensor handed out
-        keeps its memory. The owner also references the storage, so even a trimmed or dropped
-        pool cannot free memory under a live array. Copies (`np.array(a)`, `a.copy()`) are
-        independent of the pool, as usual."""
-        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(map(int, shape))
-        nbytes = dt.itemsize * math.prod(shape)
-        if nbytes < 0:
-            raise ValueError(f"negative dimensions in {shape}")
-        buf = self.allocate(nbytes)
-        owner = _ArrayOwner()
-        owner.storage = buf.owner
-        owner.buffer = buf
-        typestr = _TYPESTR.get(dt)
-        if typestr is None:  # dt.str costs ~0.5 us per call: cache it
-            typestr = _TYPESTR[dt] = dt.str
-        iface = {"shape": shape, "typestr": typestr, "data": (buf.ptr, False), "version": 3}
-        if dt.fields is not None:
-            iface["descr"] = dt.descr
-        owner.__array_interface__ = iface
-        arr = np.asarray(owner)
-        weakref.finalize(owner, self._dropped.append, buf).atexit = False
-        return arr
+        The array's `.base` is the block's root ndarray. Copies (`np.array(a)`, `a.copy()`) are
+        independent of the pool, as usual. Host allocators only."""
+        try:
+            dt, shapes = _DTYPES[dtype]
+            nbytes, cap, exact = shapes[shape]
+        except (KeyError, TypeError):
+            shape, dt, nbytes, cap, exact = _lookup(dtype, shape)
+        lock = self._lock
+        lock.acquire()
+        try:
+            stack = self._free.get(cap)
+            if stack:  # the hot path of _take_locked, inlined
+                buf = stack.pop()
+                if buf.state is not FREE:
+                    raise RuntimeError(f"memory pool corrupted: free list holds {buf!r}")
+                buf.state = LIVE
+                self._live += cap
+                self._req += nbytes
+                self._reused += 1
+                if exact:
+                    self._exact += 1
+            else:
+                buf = self._take_locked(cap, exact, nbytes)
+            buf.refcount = 1  # the arrays' count, released by the poll
+            buf.nbytes = nbytes
+            buf.watched = True
+            buf.age = 0
+            self._young.append(buf)
+            # Held until the array exists: a safe point in another thread sees the root referenced.
+            root = buf.root
+        finally:
+            lock.release()
+        if root is not None:
+            return _ndarray(shape, dt, root, buf.off)
+        with lock:  # not host memory: the block was never exported
+            self._unwatch_locked(buf)
+            buf.refcount = 1
+            self._release_locked(buf)
+        raise TypeError("Pool.array needs a host allocator")
+
+    def _unwatch_locked(self, buf: Buffer) -> None:
+        buf.watched = False
+        for lst in (self._young, self._old):
+            for i in range(len(lst) - 1, -1, -1):
+                if lst[i] is buf:
+                    del lst[i]
+                    return
 
     # -- safe points, trimming ----------------------------------------------------------------
     def safe_point(self) -> int:
-        """Nothing issued before this point still uses memory: queued releases become reusable.
-        Returns the number of blocks moved to free lists. Trims down to `soft_cap` if above it."""
-        with self._lock:
-            self._drain_dropped_locked()
-            pending, self._pending = self._pending, []
-            free = self._free
-            for buf in pending:
-                buf.state = FREE
-                stack = free.get(buf.capacity)
-                if stack is None:
-                    free[buf.capacity] = [buf]
-                else:
-                    stack.append(buf)
-            self._free_bytes += self._pending_bytes
-            self._pending_bytes = 0
-            for buf in self._pending_fallback:
-                buf.state = GONE
-                buf.owner = None
-                self._fallback_bytes -= buf.capacity
-            self._pending_fallback.clear()
-            self._safe_points += 1
-            if self.soft_cap is not None and self._reserved() > self.soft_cap:
+        """Nothing issued before this point still uses memory: queued releases, and watched blocks
+        no longer referenced, become reusable. Returns the number of blocks moved to free lists.
+        Trims down to `soft_cap` if above it."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            sp = self._safe_points = self._safe_points + 1
+            live, req = self._live, self._req
+            if live > self._peak_live:  # _update_peaks_locked, inlined
+                self._peak_live = live
+            if req > self._peak_req:
+                self._peak_req = req
+            moved = 0
+            young = self._young
+            if young:  # polled inline: this loop is part of every array's cost
+                keep: list[Buffer] = []
+                free = self._free
+                for buf in young:
+                    if _getrefcount(buf.root) > buf.rc0:  # an array, view or tensor refers to it
+                        age = buf.age = buf.age + 1
+                        if age >= PROMOTE_AFTER:
+                            self._old.append(buf)
+                        else:
+                            keep.append(buf)
+                        continue
+                    if buf.refcount > 1 or buf.state is FALLBACK:
+                        self._live, self._req = live, req
+                        moved += self._unwatched_locked(buf)
+                        live, req = self._live, self._req
+                        continue
+                    buf.watched = False
+                    buf.refcount = 0
+                    cap = buf.capacity
+                    live -= cap
+                    req -= buf.nbytes
+                    buf.state = FREE
+                    buf.freed_at = sp
+                    stack = free.get(cap)
+                    if stack is not None:
+                        stack.append(buf)
+                    else:
+                        self._push_free_locked(buf)  # a new capacity: the index changes
+                    moved += 1
+                self._young = keep
+                self._live, self._req = live, req
+            if self._old and (self._poll_old or sp % OLD_POLL_EVERY == 0):
+                self._poll_old = False
+                moved += self._poll_old_locked()
+            if self._pending:
+                pending, self._pending = self._pending, []
+                free = self._free
+                for buf in pending:  # _push_free_locked, inlined
+                    buf.state = FREE
+                    buf.freed_at = sp
+                    stack = free.get(buf.capacity)
+                    if stack is not None:
+                        stack.append(buf)
+                    else:
+                        self._push_free_locked(buf)
+                self._pending_bytes = 0
+                moved += len(pending)
+            if self._pending_fallback:
+                for buf in self._pending_fallback:
+                    self._fallback_bytes -= buf.capacity
+                    self._gone_locked(buf)
+                self._pending_fallback.clear()
+            if self.soft_cap is not None and self._reserved > self.soft_cap:
                 self._trim_locked(self.soft_cap)
-            return len(pending)
+            return moved
+        finally:
+            lock.release()
+
+    def _unwatched_locked(self, buf: Buffer) -> int:
+        """At a safe point, no array over watched `buf` is left: drop the arrays' count. Returns 1
+        if the block went to its free list."""
+        buf.watched = False
+        buf.refcount -= 1
+        if buf.refcount:  # retained explicitly: an ordinary explicit buffer from now on
+            return 0
+        if buf.state is FALLBACK:
+            self._fallback_bytes -= buf.capacity
+            self._gone_locked(buf)
+            return 0
+        self._live -= buf.capacity
+        self._req -= buf.nbytes
+        self._push_free_locked(buf)
+        return 1
+
+    def _poll_old_locked(self) -> int:
+        keep: list[Buffer] = []
+        moved = 0
+        for buf in self._old:
+            if _getrefcount(buf.root) > buf.rc0:
+                keep.append(buf)
+            else:
+                moved += self._unwatched_locked(buf)
+        self._old = keep
+        return moved
 
     def trim(self, target_reserved: int = 0) -> int:
         """Return free blocks to the allocator until reserved <= target (or nothing is free).
@@ -393,56 +690,53 @@ class Pool:
         with self._lock:
             return self._trim_locked(target_reserved)
 
-    def _trim_locked(self, target: int, keep: int = -1) -> int:
-        # Exact blocks first (least likely to match again), then the largest classes (most bytes
-        # per allocator call); the oldest block of a stack goes first. `keep` (the class being
-        # requested) is trimmed last.
-        released = 0
-        if self._reserved() <= target or not self._free_bytes:
+    def _trim_locked(self, target: float) -> int:
+        # Least recently freed first: the blocks the recent shapes did not need.
+        if self._reserved <= target or self._reserved == self._live + self._pending_bytes:
             return 0
-        order = sorted((c for c, s in self._free.items() if s),
-                       key=lambda c: (c == keep, not self._free[c][0].exact, -c))
-        for c in order:
-            stack = self._free[c]
-            while stack and self._reserved() > target:
-                buf = stack.pop(0)
-                self._free_bytes -= c
-                released += c
-                buf.state = GONE
-                self.allocator.free(buf.owner)
-                buf.owner = None
-            if not stack:
-                del self._free[c]
-            if self._reserved() <= target:
+        released = 0
+        order = sorted((b for s in self._free.values() for b in s), key=lambda b: b.freed_at)
+        for buf in order:
+            if self._reserved <= target:
                 break
+            self._free[buf.capacity].remove(buf)
+            self._reserved -= buf.capacity
+            released += buf.capacity
+            self._gone_locked(buf)
+        for c in [c for c, s in self._free.items() if not s]:
+            del self._free[c]
+        self._caps = sorted(self._free)
         self._trimmed += released
         return released
 
     # -- stats --------------------------------------------------------------------------------
-    def _reserved(self) -> int:
-        return self._live + self._pending_bytes + self._free_bytes
-
     def stats(self) -> dict:
         with self._lock:
-            self._drain_dropped_locked()
-            largest = max((c for c, s in self._free.items() if s), default=0)
-            free = self._free_bytes
+            self._update_peaks_locked()
+            reserved = self._reserved
+            free = reserved - self._live - self._pending_bytes
+            largest = next((c for c in reversed(self._caps) if self._free[c]), 0)
+            allocs = self._reused + self._fresh + self._fallback
             return {
                 "live_bytes": self._live,
-                "reserved_bytes": self._reserved(),
+                "reserved_bytes": reserved,
                 "peak_live_bytes": self._peak_live,
                 "peak_reserved_bytes": self._peak_reserved,
-                "reuse_rate": self._reused / self._allocs if self._allocs else 0.0,
+                "reuse_rate": self._reused / allocs if allocs else 0.0,
                 "fragmentation": 1.0 - largest / free if free else 0.0,
-                "allocs": self._allocs,
+                "allocs": allocs,
                 "exact_allocs": self._exact,
                 "fallback_allocs": self._fallback,
+                "requested_bytes": self._req,
+                "peak_requested_bytes": self._peak_req,
                 "pending_bytes": self._pending_bytes,
                 "free_bytes": free,
                 "fallback_bytes": self._fallback_bytes,
                 "reused": self._reused,
+                "reused_larger": self._larger,
                 "fresh_allocs": self._fresh,
                 "trimmed_bytes": self._trimmed,
+                "watched": len(self._young) + len(self._old),
                 "safe_points": self._safe_points,
             }
 
@@ -452,7 +746,7 @@ _default_lock = threading.Lock()
 
 
 def default_pool() -> Pool:
-    """The process-wide host pool (created on first use, no caps)."""
+    """The process-wide host pool (created on first use; no caps, the default headroom)."""
     global _default
     if _default is None:
         with _default_lock:
@@ -461,22 +755,25 @@ def default_pool() -> Pool:
     return _default
 
 
-def bench(n: int = 20000, sizes: Sequence[int] = (256, 4096, 65536, 1 << 20), repeat: int = 7) -> dict:
-    """Median ns per buffer: pooled allocate+release (a safe point every 64 buffers, amortised)
-    and pooled `array` + drop, against a fresh `np.empty` of the same size. Prints and returns
-    {size: {...}}. A measurement, not an assertion."""
+def bench(n: int = 20000, sizes: Sequence[int] = (256, 4096, 65536, 1 << 20), repeat: int = 7,
+          batch: int = 64) -> dict:
+    """Median ns per buffer over `repeat` rounds of `n` buffers: pooled allocate+release and pooled
+    `array` + drop, `batch` buffers per safe point, against a fresh `np.empty` of the same size (a
+    float32 vector of size/4). Prints and returns {size: {...}}. A measurement, not an assertion."""
     results = {}
-    batch = 64
     rounds = max(1, n // batch)
     for size in sizes:
         pool = Pool()
+        count = size // 4
         for _ in range(2):  # warm the free lists
             bufs = [pool.allocate(size) for _ in range(batch)]
             for b in bufs:
                 b.release()
             pool.safe_point()
+            arrs = [pool.array(count, np.float32) for _ in range(batch)]
+            del arrs
+            pool.safe_point()
         alloc_rel, arr_drop, fresh = [], [], []
-        count = size // 4
         for _ in range(repeat):
             t0 = time.perf_counter_ns()
             for _ in range(rounds):
