@@ -13,7 +13,7 @@ TypeError (a typo should not be silently ignored).
 | compile_threshold | DYNVM_COMPILE_THRESHOLD | 2 | calls of a run before the cost model may promote it (1: compile at first sight, for tests) |
 | compile_policy | DYNVM_COMPILE_POLICY | cost | "cost": compile when the cost model says it pays; "threshold": as soon as the threshold is passed (tests, demos) |
 | kernel_threads | DYNVM_KERNEL_THREADS | 0 | OpenMP threads of fused kernels; 0 = automatic (1 on <= 2 cores, where MindSpore's worker threads occupy the cores) |
-| pool_results | DYNVM_POOL_RESULTS | False | kernel results from the memory pool (off: measured slower than fresh arrays for now, see tier1) |
+| pool_results | DYNVM_POOL_RESULTS | True | kernel results from the memory pool (off: a fresh NumPy array per result) |
 | pool_soft_cap_mb | DYNVM_POOL_SOFT_CAP_MB | 256 | memory pool for kernel results: free blocks above this many MiB reserved are returned at safe points |
 | strict_ieee | DYNVM_STRICT_IEEE | False | kernels use scalar libm, no contraction, fixed reduction order: bitwise run-to-run reproducible |
 | fast_math | DYNVM_FAST_MATH | False | kernels may use looser approximations |
@@ -45,7 +45,7 @@ class Options:
     compile_threshold: int = 2
     compile_policy: str = "cost"
     kernel_threads: int = 0
-    pool_results: bool = False
+    pool_results: bool = True
     pool_soft_cap_mb: int = 256
     strict_ieee: bool = False
     fast_math: bool = False

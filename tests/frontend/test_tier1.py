@@ -328,3 +328,17 @@ def test_runs_are_cut_in_a_loop_without_sync_points(ref_backend):
     for _ in range(100):
         want = np.tanh(want * 0.5 + xr)
     np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-4, atol=2e-4)
+
+
+def test_fresh_result_arrays_when_the_pool_is_off(ref_backend):
+    ms_dynvm.enable(compile_policy="threshold", pool_results=False)
+    got = []
+    for i, b in enumerate((4, 6, 9, 5)):
+        x, m = inputs(b, i)
+        got.append((chain(x, m), x.asnumpy(), m.asnumpy()))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, mr in got:
+        want = np.tanh(np.maximum(np.exp(xr * 0.5 - 1.0) * mr + xr, 0) - 0.25)
+        np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-5, atol=1e-5)
+    assert st["fused_ops"] > 0, st
