@@ -74,6 +74,8 @@ MAX_RUN_STEPS = 64
 # A group abandoned this many times in a row after the same preceding op is not launched there any
 # more, except one try in CTX_RETRY_EVERY.
 CTX_MAX_FAILS = 3
+# Groups kept per op sequence whose scalar arguments or constants differ (see end_run).
+MAX_VARIANTS = 4
 CTX_RETRY_EVERY = 32
 MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 _T1KEY = "ms_dynvm.t1"
@@ -296,6 +298,7 @@ class Tier1:
         self.pool = _pool_for(opts)
         self.cost = CostModel(threshold=opts.compile_threshold)
         self.templates: dict = {}  # key -> RunTemplate
+        self.variants: dict = {}  # key without scalar arguments -> templates made (MAX_VARIANTS)
         self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
         self.hist: deque = deque(maxlen=HISTORY)  # (key, arg tensors, out tensors), newest last
         self.run: _OpenRun | None = None
@@ -616,6 +619,16 @@ class Tier1:
             return  # more values than one launch's token range (only with a huge max_block_ops)
         t = self.templates.get(key)
         if t is None:
+            # Runs that differ only in scalar arguments (or constants) are variants of one group: a
+            # scalar that depends on the sizes (mean's backward divides by the element count) would
+            # otherwise make a new group, and a new compile, per size.
+            vkey = (tuple(s.key[0] for s in run.steps), tuple(s.srcs for s in run.steps),
+                    tuple(p[:1] if p[0] == "const" else p for p in run.ext))
+            n = self.variants.get(vkey, 0)
+            if n >= MAX_VARIANTS:
+                METRICS.fallbacks["tier1: too many variants (scalar arguments change)"] += 1
+                return
+            self.variants[vkey] = n + 1
             t = self.templates[key] = RunTemplate(key, run.steps, run.ext)
         st = t.stats
         st.calls += 1
