@@ -154,13 +154,9 @@ def c_op(op: Op, ct: str) -> str:
         return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
     if fn == "clamp_hi":
         return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
-    if fn == "maximum":
-        if flt:
-            return f"(({a[0]} != {a[0]} || {a[1]} != {a[1]}) ? {a[0]} + {a[1]} : ({a[0]} > {a[1]} ? {a[0]} : {a[1]}))"
+    if fn == "maximum":  # MindSpore's rule, NaN included: maximum(nan, 0) = 0, maximum(0, nan) = nan
         return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
     if fn == "minimum":
-        if flt:
-            return f"(({a[0]} != {a[0]} || {a[1]} != {a[1]}) ? {a[0]} + {a[1]} : ({a[0]} < {a[1]} ? {a[0]} : {a[1]}))"
         return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
     if fn == "neg":
         return f"({T})(-{x})"

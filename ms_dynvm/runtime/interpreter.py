@@ -367,10 +367,12 @@ def _arith(op: str, x, y, dt):
         return x - y
     if op == "mul":
         return x * y
+    # MindSpore CPU's Maximum/Minimum are `x > y ? x : y` / `x < y ? x : y`, NaN included
+    # (maximum(nan, 0) = 0, maximum(0, nan) = nan; measured for f16/f32/f64, any size, broadcast).
     if op == "maximum":
-        return np.maximum(x, y)
+        return np.where(x > y, x, y) if x.dtype.kind in "fc" else np.maximum(x, y)
     if op == "minimum":
-        return np.minimum(x, y)
+        return np.where(x < y, x, y) if x.dtype.kind in "fc" else np.minimum(x, y)
     if dt.kind in "fc":
         if op == "floor_div":
             return np.floor(_fdiv(x, y))

@@ -171,6 +171,22 @@ def test_max_min_nan_rule(cache):
     assert_close(out, ref)
 
 
+def test_maximum_minimum_nan_rule(cache):
+    """maximum(nan, y) = y, maximum(x, nan) = nan (MindSpore CPU's rule, the interpreter's)."""
+    g = groups.G()
+    x, y = g.param("f32", (B, 5)), g.param("f32", (5,))
+    g.op("maximum", x, y)
+    g.op("minimum", y, x)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    a = np.array([[np.nan, 1, np.nan, -1, 2], [0, np.nan, 3, np.inf, -np.inf]], np.float32)
+    b = np.array([0, np.nan, np.nan, 5, -np.inf], np.float32)
+    out = k([a, b])
+    np.testing.assert_array_equal(out[0][0, :3], [0, np.nan, np.nan])
+    for o, r in zip(out, reference(fn, [a, b])):
+        np.testing.assert_array_equal(o, r)
+
+
 @settings(max_examples=10)
 @given(data=st.data(), b=sizes)
 def test_backward_chain(cache, data, b):

@@ -1232,3 +1232,20 @@ def test_bf16_inputs_are_float32_rounded_on_entry():
     np.testing.assert_array_equal(out, [-1.0, -2.0])
     with pytest.raises(ValueError, match="expected float32"):
         interpret(p, [np.array([1.0, 2.0], np.float16)])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_maximum_minimum_nan_rule_matches_mindspore(dtype):
+    """MindSpore CPU: maximum = x > y ? x : y, minimum = x < y ? x : y, NaN included."""
+    ms = pytest.importorskip("mindspore")
+    from mindspore import ops
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, 7)).astype(dtype)
+    y = rng.standard_normal((7,)).astype(dtype)
+    x[rng.random(x.shape) < 0.2] = NAN
+    y[[1, 4]] = NAN
+    np.testing.assert_array_equal(_run("maximum", [np.array([NAN, 1.0]), np.array([0.0, NAN])]), [0.0, NAN])
+    for op, f in (("maximum", ops.maximum), ("minimum", ops.minimum)):
+        want = f(ms.Tensor(x), ms.Tensor(y)).asnumpy()
+        np.testing.assert_array_equal(_run(op, [x, y]), want)
