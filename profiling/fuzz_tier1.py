@@ -6,9 +6,8 @@ are served), results compared (f32: 2e-4, f16: 2e-2, NaN positions must agree).
     python profiling/fuzz_tier1.py SEED PROGRAMS [--nan]
 
 With --nan one input element in five programs is NaN. Known divergence (README, "Not supported"):
-MindSpore's CPU kernels do not propagate NaN through relu, maximum/minimum, clamp and softmax
-(relu(NaN) = 0, maximum(NaN, 0) = 0, clamp(NaN) = min, a softmax row with a NaN is NaN there and 0
-elsewhere), while the VM's semantics (the reference interpreter, and so the kernels) propagate it.
+MindSpore's CPU softmax gives a row holding a NaN as NaN there and 0 elsewhere (float32), while the
+VM's softmax propagates the NaN to the whole row.
 """
 import os
 import random
