@@ -342,3 +342,21 @@ def test_fresh_result_arrays_when_the_pool_is_off(ref_backend):
         want = np.tanh(np.maximum(np.exp(xr * 0.5 - 1.0) * mr + xr, 0) - 0.25)
         np.testing.assert_allclose(y.asnumpy(), want, rtol=1e-5, atol=1e-5)
     assert st["fused_ops"] > 0, st
+
+
+def test_a_size_dependent_scalar_does_not_compile_a_group_per_size(ref_backend):
+    from ms_dynvm.frontend import tier1
+
+    ms_dynvm.enable(compile_policy="threshold")
+    got = []
+    for b in range(2, 14):
+        x, _ = inputs(b, b)
+        for _ in range(2):  # each variant seen twice: hot under the threshold policy
+            y = ops.tanh(x * float(b)) - 0.5  # the scalar changes with the size, as mean's 1/N does
+        got.append((y.asnumpy(), x.asnumpy(), b))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, b in got:
+        np.testing.assert_allclose(y, np.tanh(xr * b) - 0.5, rtol=1e-5, atol=2e-4)
+    assert len(ref_backend) <= tier1.MAX_VARIANTS, len(ref_backend)
+    assert st["fallbacks"].get("tier1: too many variants (scalar arguments change)", 0) > 0, st["fallbacks"]
