@@ -195,18 +195,8 @@ class CompiledKernel:
     def run_raw(self, in_ptrs, in_shapes, in_strides, out_ptrs, out_shapes) -> None:
         """Zero-copy entry: host pointers (ints), shapes, element strides of the inputs; outputs are
         C-contiguous buffers of `out_shapes` (checked against the shapes the kernel computes)."""
-        env = self._sizes(in_shapes)
-        want = self.out_shapes(env)
-        if [tuple(s) for s in out_shapes] != want:
-            raise ValueError(f"out shapes {out_shapes}, expected {want}")
-        strides = [int(s) for st in in_strides for s in st]
-        for shape in want:
-            acc, st = 1, []
-            for d in reversed(shape):
-                st.append(acc)
-                acc *= d
-            strides.extend(reversed(st))
-        self._launch([int(p) for p in in_ptrs] + [int(p) for p in out_ptrs], strides, env)
+        go = self.prepare(in_shapes, in_strides, out_shapes)
+        go([int(p) for p in in_ptrs] + [int(p) for p in out_ptrs])
 
 
 __all__ = ["CompiledKernel", "canonical_text", "compile_group", "supports"]
