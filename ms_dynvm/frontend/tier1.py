@@ -239,6 +239,11 @@ class RunTemplate:
                 else:
                     checks.append(src[1])
             self.plans.append(_StepPlan(st, tuple(checks)))
+        # Only values that a later step checks need a token (step 0's arguments are bound, not
+        # checked): the external inputs and the results (flat index) to tag at a launch.
+        used = {c for plan in self.plans[1:] for c in plan.checks if type(c) is int}
+        self.tag_ext = [e for e in range(self.n_tensor_ext) if e in used]
+        self.tag_outs = [(k, n_ext + k) for k in range(i - n_ext) if n_ext + k in used]
 
 
 class _OpenRun:
@@ -492,16 +497,13 @@ class Tier1:
             outs.append(ten)
         launch.go(ptrs)
         base = serial * _TOKEN_SPAN
-        for e in range(n_t):
+        for e in t.tag_ext:
             bound[e]._set_user_data(_T1KEY, base + e)
+        for k, off in t.tag_outs:
+            outs[k]._set_user_data(_T1KEY, base + off)
         grouped, i = [], 0
-        tok = base + len(t.ext)
         for step in t.steps:
-            res = outs[i:i + step.n_out]
-            for ten in res:
-                ten._set_user_data(_T1KEY, tok)
-                tok += 1
-            grouped.append(tuple(res))
+            grouped.append(tuple(outs[i:i + step.n_out]))
             i += step.n_out
         if len(t.steps) > 1:
             self.pending = _Pending(t, base, grouped, t0, launch.size_class,
