@@ -112,8 +112,21 @@ def _tensors(args) -> list:
     return [a for a in args if isinstance(a, Tensor)]
 
 
+_ATOMS = (int, float, bool, str, type(None))
+
+
 def step_key(name: str, args) -> tuple:
-    return (name, _freeze(args))
+    # The common case without recursion: tensors and plain scalars only.
+    out = []
+    for a in args:
+        t = type(a)
+        if t is Tensor:
+            out.append("<T>")
+        elif t in _ATOMS:
+            out.append(a)
+        else:
+            return (name, _freeze(args))
+    return (name, tuple(out))
 
 
 def _args_match(frozen: tuple, args) -> bool:
