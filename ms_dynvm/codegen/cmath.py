@@ -40,15 +40,40 @@ all of these by libm calls (see c.py).
 from __future__ import annotations
 
 # The C text is written out by hand (no generated coefficients at import time) so that the source,
-# and hence the cache key, is stable.
-MATH_C = r"""
+# and hence the cache key, is stable. Both math libraries share a prelude and the functions built only
+# on dvm_sig2 and bit casts (_SHARED_C); each defines the primitives its own way.
+_PRELUDE_C = r"""
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
 
 static inline uint32_t dvm_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float dvm_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+"""
 
+_SHARED_C = r"""static inline float dvm_gelu_grad_tanh(float dy, float x) {
+    const float K = 0.7978845608028654f;
+    float u = K * (x + 0.044715f * x * x * x);
+    float s, sm;
+    dvm_sig2(2.0f * u, &s, &sm);
+    /* 0.5*(1+t) = s, 1 - t^2 = 4*s*sm */
+    return dy * (s + 0.5f * x * (4.0f * s * sm) * K * (1.0f + 3.0f * 0.044715f * x * x));
+}
+
+static inline float dvm_silu_grad(float dy, float x) {
+    float s, sm;
+    dvm_sig2(x, &s, &sm);
+    return dy * s * (1.0f + x * sm);
+}
+
+static inline float dvm_bf16(float x) {
+    uint32_t b = dvm_f2u(x);
+    uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    return x != x ? x : dvm_u2f(r);
+}
+"""
+
+MATH_C = _PRELUDE_C + r"""
 #ifndef DVM_FAST
 #define DVM_FAST 0
 #endif
@@ -265,36 +290,10 @@ static inline float dvm_gelu_grad_erf(float dy, float x) {
     return dy * (phi + x * pdf);
 }
 
-static inline float dvm_gelu_grad_tanh(float dy, float x) {
-    const float K = 0.7978845608028654f;
-    float u = K * (x + 0.044715f * x * x * x);
-    float s, sm;
-    dvm_sig2(2.0f * u, &s, &sm);
-    /* 0.5*(1+t) = s, 1 - t^2 = 4*s*sm */
-    return dy * (s + 0.5f * x * (4.0f * s * sm) * K * (1.0f + 3.0f * 0.044715f * x * x));
-}
-
-static inline float dvm_silu_grad(float dy, float x) {
-    float s, sm;
-    dvm_sig2(x, &s, &sm);
-    return dy * s * (1.0f + x * sm);
-}
-
-static inline float dvm_bf16(float x) {
-    uint32_t b = dvm_f2u(x);
-    uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-    return x != x ? x : dvm_u2f(r);
-}
-"""
+""" + _SHARED_C
 
 # strict_ieee: the same entry points on top of libm (scalar, correctly rounded where glibc is).
-STRICT_C = r"""
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-static inline uint32_t dvm_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float dvm_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
-static inline float dvm_exp(float x) { return expf(x); }
+STRICT_C = _PRELUDE_C + r"""static inline float dvm_exp(float x) { return expf(x); }
 static inline float dvm_expm1(float x) { return expm1f(x); }
 static inline float dvm_log(float x) { return logf(x); }
 static inline float dvm_log1p(float x) { return log1pf(x); }
@@ -329,26 +328,8 @@ static inline float dvm_gelu_grad_erf(float dy, float x) {
     float phi = 0.5f * erfcf(-x * 0.70710678118654752f);
     return dy * (phi + x * expf(-0.5f * x * x) * 0.3989422804014327f);
 }
-static inline float dvm_gelu_grad_tanh(float dy, float x) {
-    const float K = 0.7978845608028654f;
-    float u = K * (x + 0.044715f * x * x * x);
-    float s, sm;
-    dvm_sig2(2.0f * u, &s, &sm);
-    return dy * (s + 0.5f * x * (4.0f * s * sm) * K * (1.0f + 3.0f * 0.044715f * x * x));
-}
-static inline float dvm_silu_grad(float dy, float x) {
-    float s, sm;
-    dvm_sig2(x, &s, &sm);
-    return dy * s * (1.0f + x * sm);
-}
-static inline float dvm_bf16(float x) {
-    uint32_t b = dvm_f2u(x);
-    uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-    return x != x ? x : dvm_u2f(r);
-}
-"""
+""" + _SHARED_C
 
-# Entry points the accuracy test measures: name -> (C expression on `x`, Python float64 reference).
 MEASURED = ("exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "gelu_erf")
 
 __all__ = ["MATH_C", "MEASURED", "STRICT_C"]
