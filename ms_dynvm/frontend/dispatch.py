@@ -53,12 +53,12 @@ class DynVMMode(ms.MsDispatchMode):
             if t1.pending is not None:
                 res = t1.serve(name, args)
                 if res is not _MISS:
-                    _count_served(name, self.recorder.phase)
+                    _count_served(name)
                     return res
             if name in t1.starts:
                 res = t1.try_start(name, args)
                 if res is not _MISS:
-                    _count_served(name, self.recorder.phase)
+                    _count_served(name)
                     return res
         except Exception as e:  # noqa: BLE001 - fall back to eager, never break the script
             t1.pending = None
@@ -68,19 +68,14 @@ class DynVMMode(ms.MsDispatchMode):
         dt = _perf() - t0
         try:
             self.recorder.on_op(name, args, out)
-            t1.after_op(name, args, out, dt)
-            run = t1.run
-            if run is not None:  # the run's eager wall time, for tier 1's measured on/off switch
-                if run.t_first is None:
-                    run.t_first = t0
-                run.t_last = _perf()
+            t1.after_op(name, args, out, t0, dt)
         except Exception as e:  # noqa: BLE001
             self.recorder.on_error(name, e)
             t1.run = None
         return out
 
 
-def _count_served(name: str, phase: str) -> None:
+def _count_served(name: str) -> None:
     # Counted in the recorder's batch (METRICS.op_names, of the current phase; see
     # Metrics.flush_ops), as the ops it records are.
     names = METRICS.op_names

@@ -74,9 +74,9 @@ MAX_RUN_STEPS = 64
 # A group abandoned this many times in a row after the same preceding op is not launched there any
 # more, except one try in CTX_RETRY_EVERY.
 CTX_MAX_FAILS = 3
+CTX_RETRY_EVERY = 32
 # Groups kept per op sequence whose scalar arguments or constants differ (see end_run).
 MAX_VARIANTS = 4
-CTX_RETRY_EVERY = 32
 MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, register number)
@@ -276,7 +276,7 @@ class _OpenRun:
         self.hist = hist_snapshot
         self.first_arg_tags: list = []
         self.seconds = 0.0
-        self.t_first = None  # perf_counter at the first op's handler entry (set by the handler)
+        self.t_first = None  # perf_counter at the first op's handler entry (set by after_op)
         self.t_last = 0.0  # ... and at the last op's handler exit
 
 
@@ -318,7 +318,7 @@ class Tier1:
         self.templates: dict = {}  # key -> RunTemplate
         self.variants: dict = {}  # key without scalar arguments -> templates made (MAX_VARIANTS)
         self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
-        self.hist: deque = deque(maxlen=HISTORY)  # (key, arg tensors, out tensors), newest last
+        self.hist: deque = deque(maxlen=HISTORY)  # see _push_hist; newest last
         self.run: _OpenRun | None = None
         self.pending: _Pending | None = None
         self._serial = 0
@@ -394,7 +394,7 @@ class Tier1:
             tensors = t.plans[0].match(args)
             if tensors is None:
                 continue
-            if len(t.steps) > 1 and t.ctx_fails.get(ctx, 0) >= CTX_MAX_FAILS:
+            if t.ctx_fails.get(ctx, 0) >= CTX_MAX_FAILS:
                 t.ctx_skips += 1
                 if t.ctx_skips % CTX_RETRY_EVERY:
                     METRICS.guard_failures["abandoned_here_before"] += 1
@@ -420,10 +420,10 @@ class Tier1:
                 self.probe_left = len(t.steps)
                 on = t.switch.is_on(launch.size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
-                continue
+                return _MISS
             METRICS.cache_hits += 1
             self.end_run()  # the eager run before this one is complete
-            return self._launch(t, launch, bound, tensors, t0)
+            return self._launch(t, launch, bound, tensors, t0, ctx)
         return _MISS
 
     def _bind(self, t: RunTemplate, first_args: list):
@@ -491,15 +491,14 @@ class Tier1:
         const_ptrs = [a.ctypes.data for a in t.const_arrays]
         return _Launch(go, out_specs, const_ptrs, _size_class(in_shapes[:t.n_tensor_ext]))
 
-    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float):
+    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx):
         self._serial += 1
         serial = self._serial
         pool = self.pool
         # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
         # whose last tensor has died since become reusable.
-        alloc = np.empty if pool is _FreshArrays else pool.array
-        if pool is not _FreshArrays:
-            pool.safe_point()
+        pool.safe_point()
+        alloc = pool.array
         n_t = t.n_tensor_ext
         ptrs = [x._data_ptr() for x in bound[:n_t]]
         ptrs += launch.const_ptrs
@@ -518,12 +517,8 @@ class Tier1:
         for step in t.steps:
             grouped.append(tuple(outs[i:i + step.n_out]))
             i += step.n_out
-        if len(t.steps) > 1:
-            self.pending = _Pending(t, base, grouped, t0, launch.size_class,
-                                    self.hist[-1][0] if self.hist else None)  # before the push below
-        else:
-            self.pending = None
-            t.switch.record(launch.size_class, _perf() - t0, True)
+        # A group has at least two steps (end_run drops shorter runs): the rest are served.
+        self.pending = _Pending(t, base, grouped, t0, launch.size_class, ctx)
         METRICS.fused_ops += 1
         self._push_hist(t.steps[0].key[0], first_args, grouped[0])
         return grouped[0][0] if t.steps[0].n_out == 1 else grouped[0]
@@ -531,12 +526,13 @@ class Tier1:
     # --- recording ---------------------------------------------------------------------------------
     def _push_hist(self, name, arg_tensors, out_tensors, arg_tags=(), out_tags=()) -> None:
         """History entry: (op name, arg tensors, out tensors, arg recorder tags, out recorder tags).
-        Only the name is kept (see `_provenance`). Served ops have no recorder tags (they are not
-        recorded), so they are never provenances."""
+        Served ops are not recorded, so their entries carry no tags; `_provenance` reads the tags
+        their tensors got since, when it needs them."""
         self.hist.append((name, arg_tensors, out_tensors, arg_tags, out_tags))
 
-    def after_op(self, name: str, args, out, seconds: float) -> None:
-        """An op ran eagerly and the recorder has recorded it (`recorder.last_op`)."""
+    def after_op(self, name: str, args, out, t0: float, seconds: float) -> None:
+        """An op ran eagerly (its handler entered at perf_counter `t0`; the op itself took `seconds`)
+        and the recorder has recorded it (`recorder.last_op`)."""
         if self.probe_left:
             self.probe_left -= 1
         tensors = _tensors(args)
@@ -556,6 +552,11 @@ class Tier1:
         else:
             self._extend_run(step_key(name, args), tensors, outs, last, seconds, arg_tags, out_tags)
         self._push_hist(name, tensors, outs, arg_tags, out_tags)
+        run = self.run
+        if run is not None:  # the run's eager wall time, for the measured on/off switch
+            if run.t_first is None:
+                run.t_first = t0
+            run.t_last = _perf()
 
     def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
         block, start, end, out_regs = last
@@ -731,14 +732,11 @@ class _FreshArrays:
     """Kernel results in fresh NumPy arrays (`pool_results=False`)."""
 
     soft_cap = None
+    array = staticmethod(np.empty)
 
     @staticmethod
     def safe_point() -> int:
         return 0
-
-    @staticmethod
-    def array(shape, dtype):
-        return np.empty(shape, dtype)
 
 
 def _pool_for(opts):
