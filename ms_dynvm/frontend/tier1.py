@@ -742,9 +742,9 @@ class _FreshArrays:
 def _pool_for(opts):
     """Where kernel results live. By default (`pool_results`) in the memory pool
     (`ms_dynvm.runtime.memory_pool`), bounded by a soft cap: a block goes back when no tensor or
-    array over it is left, and is reused after the next launch (a safe point). Measured on the
-    [B,784] chain in one process, alternating: 811 vs 918 and 868 vs 1061 us per call against fresh
-    arrays; on the three tier-1 benchmarks the difference is within this machine's noise."""
+    array over it is left, and is reused after the next launch (a safe point). Per call it costs
+    about what fresh arrays cost (`profiling/breakdown_tier1.py` runs both side by side), and the
+    memory it holds stays bounded (`profiling/bench_pool_soak.py`)."""
     if not opts.pool_results:
         return _FreshArrays
     from ms_dynvm.runtime.memory_pool import default_pool
