@@ -68,8 +68,9 @@ from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, che
 HISTORY = 16
 MAX_KERNELS_PER_GROUP = 8
 # A run is cut after this many ops: a stream of fusible ops with no sync point would otherwise make
-# one group of thousands of ops (measured: a 27-op chain called in a loop without a sync made a run
-# of ~4096 ops whose C source gcc compiled for over 6 minutes).
+# one group of thousands of ops (seen: a 27-op chain called in a loop without a sync made a run of
+# ~4096 ops whose C source gcc was still compiling after 6 minutes; tests/frontend/test_tier1.py checks
+# the cut).
 MAX_RUN_STEPS = 64
 # A group abandoned this many times in a row after the same preceding op is not launched there any
 # more, except one try in CTX_RETRY_EVERY.
