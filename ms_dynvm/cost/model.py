@@ -17,11 +17,13 @@ with
 A group whose compile failed is never promoted again (the failure is counted as a fallback).
 
 After compiling, measurement decides (`SizeSwitch`): per size class of the group's first input
-(the bit length of its element count, so roughly per batch size), the executor keeps the handler time
-of recent served calls and of recent eager calls (those from before the compile, then one probe call in
-`PROBE_EVERY` = 32 run eagerly on purpose), and serves the class only while its median served time is not
-above its median eager time (with 5% hysteresis). A class switched off still serves one call in
-`PROBE_EVERY`, so it switches back on when serving becomes cheaper (a warmer cache, other sizes).
+(the bit length of its element count, so roughly per batch size), the executor keeps the wall time
+of recent served calls and of recent eager calls (probe calls run eagerly on purpose, and not
+recorded, so they measure MindSpore's own time: every other call of a class until it has
+`MIN_SAMPLES` of them, then one in `PROBE_EVERY` = 32), and serves the class only while its median
+served time is not above its median eager time (with 5% hysteresis). A class switched off still
+serves one call in `PROBE_EVERY`, so it switches back on when serving becomes cheaper (a warmer
+cache, other sizes); its other calls run eagerly, unrecorded.
 """
 
 from __future__ import annotations
@@ -113,8 +115,8 @@ class SizeSwitch:
         probe = c.n % self.PROBE_EVERY == 0
         if not c.on:
             return probe
-        if len(c.eager) < self.MIN_SAMPLES and len(c.served) >= self.MIN_SAMPLES:
-            probe = probe or c.n % 8 == 0  # no eager measurement of this class yet: probe sooner
+        if len(c.eager) < self.MIN_SAMPLES:
+            probe = probe or c.n % 2 == 0  # too few eager measurements of this class: probe sooner
         return not probe
 
     def record(self, cls: int, seconds: float, served: bool) -> None:

@@ -27,7 +27,7 @@ from time import perf_counter as _perf
 from ms_dynvm.frontend.options import Options
 from ms_dynvm.frontend.recorder import Recorder, Recording
 from ms_dynvm.frontend.sync import Hooks
-from ms_dynvm.frontend.tier1 import _MISS, Tier1
+from ms_dynvm.frontend.tier1 import _EAGER, _MISS, Tier1
 from ms_dynvm.metrics import METRICS
 
 
@@ -38,6 +38,9 @@ class DynVMMode(ms.MsDispatchMode):
     def __init__(self, recorder: Recorder, tier1: Tier1 | None) -> None:
         self.recorder = recorder
         self.tier1 = tier1
+        # False inside `ms_dynvm.record()`: a recording holds every dispatched op, so nothing is
+        # served (or run unrecorded) there; runs are still tracked and compiled.
+        self.serving = True
 
     def __ms_dispatch__(self, func, args, kwargs=None):
         name = func.name
@@ -52,13 +55,15 @@ class DynVMMode(ms.MsDispatchMode):
         try:
             if t1.pending is not None:
                 res = t1.serve(name, args)
+                if res is _EAGER:
+                    return self._eager_step(func, args, name, t1)
                 if res is not _MISS:
-                    _count_served(name)
                     return res
-            if name in t1.starts:
+            if name in t1.starts and self.serving:
                 res = t1.try_start(name, args)
+                if res is _EAGER:
+                    return self._eager_step(func, args, name, t1)
                 if res is not _MISS:
-                    _count_served(name)
                     return res
         except Exception as e:  # noqa: BLE001 - fall back to eager, never break the script
             t1.pending = None
@@ -74,14 +79,21 @@ class DynVMMode(ms.MsDispatchMode):
             t1.run = None
         return out
 
-
-def _count_served(name: str) -> None:
-    # Counted in the recorder's batch (METRICS.op_names, of the current phase; see
-    # Metrics.flush_ops), as the ops it records are.
-    names = METRICS.op_names
-    names.append(name)
-    if len(names) > 4096:
-        METRICS.flush_ops()
+    @staticmethod
+    def _eager_step(func, args, name, t1):
+        """One op of a group tier 1 runs eagerly without recording (see `Tier1.serve`). The op's own
+        errors reach the user as in eager mode; ms_dynvm's bookkeeping never raises into the script."""
+        try:
+            out = func(*args)
+        except BaseException:
+            t1.pending = None
+            raise
+        try:
+            t1.eager_done(name, out)
+        except Exception as e:  # noqa: BLE001
+            t1.pending = None
+            METRICS.fallbacks[f"tier1: error ({type(e).__name__})"] += 1
+        return out
 
 
 class _State:
@@ -208,10 +220,15 @@ def record(**options):
     elif options:
         raise TypeError("record() takes options only when ms_dynvm is not already enabled")
     rec = Recording()
+    mode = _S.mode
     _S.recorder.begin_recording(rec)
+    mode.serving = False
+    if mode.tier1 is not None:
+        mode.tier1.pending = None
     try:
         yield rec
     finally:
+        mode.serving = True
         _S.recorder.end_recording()
         if not was_on:
             disable()

@@ -40,6 +40,7 @@ pool when the last tensor (or array view) over it dies, and is reused only after
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from time import perf_counter as _perf
@@ -82,6 +83,8 @@ MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, register number)
 _MISS = object()
+_EAGER = object()  # see Tier1.serve
+_from_numpy = TensorPy.from_numpy
 _TOKEN_SPAN = 1 << 24  # tokens of one launch: serial * span + offset (offsets < span)
 
 # Views whose attributes hold sizes (reshape/broadcast_to targets, slice bounds) are left out: their
@@ -165,7 +168,7 @@ class _StepPlan:
         self.checks = checks
         self.n_out = step.n_out
         frozen = self.frozen
-        legacy = len(frozen) == 3 and type(frozen[1]) is str and frozen[2] != "<T>"
+        legacy = len(frozen) == 3 and frozen[0] == "<prim>" and type(frozen[1]) is str
         nested = any(isinstance(f, tuple) and "<T>" in _flatten(f) for f in frozen)
         self.flat = not (legacy or nested)
         self.nargs = len(frozen)
@@ -187,6 +190,87 @@ class _StepPlan:
             if not isinstance(a, Tensor):
                 return None
         return out
+
+
+# Why a generated matcher rejected an op (it returns one of these ints instead of the tensors).
+_FAIL_REASONS = {1: "op_mismatch", 2: "arity_mismatch", 3: "input_mismatch", 4: "constant_mismatch"}
+
+
+def _slow_const_ne(a, f) -> bool:
+    return isinstance(a, Tensor) or _freeze(a) != f
+
+
+def _make_matcher(plan: "_StepPlan", check_tokens: bool):
+    """A Python function `m(args, base)` specialised to one step (generated source, compiled once per
+    group): the step's tensor arguments if `args` match it, else a failure code (`_FAIL_REASONS`).
+    It checks what `_StepPlan.match` checks and, with `check_tokens`, each tensor's identity (the
+    launch's token, or the constant's bytes). Straight-line code: this runs for every served op."""
+    ns = {"_T": Tensor, "_K": _T1KEY, "_sa": _string_at, "_vd": _vm_dtype, "_am": _args_match,
+          "_tensors": _tensors, "_ne": _slow_const_ne}
+    lines = ["def m(args, base):"]
+    if plan.flat:
+        lines.append(f"    if len(args) != {plan.nargs}: return 1")
+        for n, (i, f) in enumerate(plan.consts):
+            ns[f"c{n}"] = f
+            ns[f"k{n}"] = type(f)
+            lines.append(f"    a = args[{i}]")
+            lines.append(f"    if not (type(a) is k{n} and a == c{n}) and _ne(a, c{n}): return 1")
+        names = [f"t{k}" for k in range(len(plan.tpos))]
+        for name, i in zip(names, plan.tpos):
+            lines.append(f"    {name} = args[{i}]")
+            lines.append(f"    if type({name}) is not _T and not isinstance({name}, _T): return 1")
+    else:
+        ns["frozen"] = plan.frozen
+        lines.append("    if not _am(frozen, args): return 1")
+        lines.append("    ts = _tensors(args)")
+        lines.append(f"    if len(ts) != {len(plan.checks)}: return 2")
+        names = [f"ts[{k}]" for k in range(len(plan.checks))]
+    if check_tokens:
+        if len(names) != len(plan.checks):
+            lines.append("    return 2")
+        for k, (name, want) in enumerate(zip(names, plan.checks)):
+            if type(want) is int:
+                lines.append(f"    if {name}._get_user_data(_K) != base + {want}: return 3")
+            else:  # a constant: a 0-d tensor of the recorded dtype holding the recorded value
+                value = np.frombuffer(want[0], dtype=dtypes.to_numpy(want[1])).reshape(()).item()
+                ms_dtype = _ms_dtype(want[1])
+                if ms_dtype is None or value != value:  # no dtype object / NaN: compare the bytes
+                    ns[f"b{k}"] = want[0]
+                    lines.append(f"    if ({name}.shape != () or _vd({name}) != {want[1]!r} "
+                                 f"or _sa({name}._data_ptr(), {name}._itemsize) != b{k}): return 4")
+                    continue
+                # `_item()` (`item()` without ms_dynvm's sync hook) is exact for every dtype (a
+                # Python float holds any float16/32/64 value, an int any integer), so equal items
+                # of one dtype are equal bits, except for the sign of a zero, checked apart.
+                ns[f"d{k}"], ns[f"v{k}"] = ms_dtype, value
+                cond = f"{name}._dtype is not d{k} or {name}._item() != v{k}"
+                if value == 0 and isinstance(value, float):
+                    ns["_cs"] = math.copysign
+                    cond += f" or _cs(1.0, {name}._item()) != {math.copysign(1.0, value)!r}"
+                lines.append(f"    if {name}.shape != () or {cond}: return 4")
+    lines.append("    return ts" if not plan.flat else f"    return [{', '.join(names)}]")
+    exec(compile("\n".join(lines), f"<ms_dynvm step matcher {plan.name}>", "exec"), ns)
+    return ns["m"]
+
+
+_MS_DTYPES: dict | None = None
+
+
+def _ms_dtype(vm: str):
+    """The MindSpore dtype object (a singleton, compared with `is`) of a VM dtype, or None."""
+    global _MS_DTYPES
+    if _MS_DTYPES is None:
+        import mindspore.common.dtype as msd
+
+        found = {}
+        for v in vars(msd).values():
+            if isinstance(v, msd.Type):
+                try:
+                    found.setdefault(vm_dtype(v), v)
+                except (ValueError, KeyError, TypeError):
+                    pass
+        _MS_DTYPES = found
+    return _MS_DTYPES.get(vm)
 
 
 def _flatten(v):
@@ -258,6 +342,14 @@ class RunTemplate:
         used = {c for plan in self.plans[1:] for c in plan.checks if type(c) is int}
         self.tag_ext = [e for e in range(self.n_tensor_ext) if e in used]
         self.tag_outs = [(k, n_ext + k) for k in range(i - n_ext) if n_ext + k in used]
+        # The serving hot path: per step its op name, its generated matcher (step 0's binds and
+        # checks no tokens), where its results sit among all results, and (for a run served
+        # eagerly, see Tier1.eager_done) which of its results to tag.
+        self.names = [plan.name for plan in self.plans]
+        self.matchers = [_make_matcher(plan, j > 0) for j, plan in enumerate(self.plans)]
+        self.out_pos = [(first_out[j] - n_ext, st.n_out) for j, st in enumerate(self.steps)]
+        self.step_tags = [[(k - f, n_ext + k) for k, _ in self.tag_outs if f <= k < f + n]
+                          for f, n in self.out_pos]
 
 
 class _OpenRun:
@@ -277,8 +369,6 @@ class _OpenRun:
         self.hist = hist_snapshot
         self.first_arg_tags: list = []
         self.seconds = 0.0
-        self.t_first = None  # perf_counter at the first op's handler entry (set by after_op)
-        self.t_last = 0.0  # ... and at the last op's handler exit
 
 
 class _Launch:
@@ -295,18 +385,25 @@ class _Launch:
 
 
 class _Pending:
-    """A compiled run being served."""
+    """A compiled run being served, or (`eager`) run eagerly without recording (see `Tier1.serve`)."""
 
-    __slots__ = ("template", "base", "outs", "step", "t_first", "size_class", "ctx")
+    __slots__ = ("template", "base", "outs", "rets", "step", "n", "names", "matchers", "t_first",
+                 "size_class", "ctx", "eager", "args")
 
-    def __init__(self, template, base, outs, t_first, size_class, ctx):
+    def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False):
         self.template = template
         self.base = base  # the launch's base token (see RunTemplate.plans)
-        self.outs = outs  # per step: tuple of Tensors
+        self.outs = outs  # per step: tuple of Tensors (None when eager)
+        self.rets = rets  # per step: what the op returns (a Tensor or a tuple of them)
         self.step = 1
+        self.n = len(template.steps)
+        self.names = template.names
+        self.matchers = template.matchers
         self.t_first = t_first  # perf_counter at the first op's handler entry
         self.size_class = size_class
         self.ctx = ctx  # the op before the first one (see RunTemplate.ctx_fails)
+        self.eager = eager
+        self.args = None  # eager: the current step's tensor arguments, between serve and eager_done
 
 
 class Tier1:
@@ -324,7 +421,6 @@ class Tier1:
         self.pending: _Pending | None = None
         self._serial = 0
         self._warned = False
-        self.probe_left = 0  # ops left of a group being run eagerly on purpose (no launches)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
@@ -337,63 +433,93 @@ class Tier1:
         self.hist.clear()
         self.run = None
         self.pending = None
-        self.probe_left = 0
 
     # --- serving ----------------------------------------------------------------------------------
     def serve(self, name: str, args):
-        """Next op of the run being served: its precomputed result, or _MISS (run abandoned)."""
+        """Next op of the run being served: its precomputed result; `_EAGER` when the run is being
+        run eagerly (the caller runs the op, then calls `eager_done`); or _MISS (run abandoned)."""
         p = self.pending
-        t = p.template
-        plan = t.plans[p.step]
-        tensors = plan.match(args) if name == plan.name else None
-        if tensors is None:
+        j = p.step
+        if name != p.names[j]:
             return self._abandon("op_mismatch")
-        checks = plan.checks
-        if len(tensors) != len(checks):
-            return self._abandon("arity_mismatch")
+        r = p.matchers[j](args, p.base)
+        if type(r) is int:
+            return self._abandon(_FAIL_REASONS[r])
+        if p.eager:
+            p.args = r
+            return _EAGER
+        outs = p.outs[j]
+        self.hist.append((name, r, outs, (), ()))
+        j += 1
+        p.step = j
+        if j == p.n:
+            self._finish(p)
+        return p.rets[j - 1]
+
+    def eager_done(self, name: str, out) -> None:
+        """The op the eagerly run group is at has run (`out`): tag the results later steps check,
+        remember it, move on."""
+        p = self.pending
+        j = p.step
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         base = p.base
-        for a, want in zip(tensors, checks):
-            if type(want) is int:
-                if a._get_user_data(_T1KEY) != base + want:
-                    return self._abandon("input_mismatch")
-            # A constant: the argument must be a 0-d tensor holding exactly the recorded bytes.
-            elif (a.shape != () or _vm_dtype(a) != want[1]
-                  or _string_at(a._data_ptr(), a._itemsize) != want[0]):
-                return self._abandon("constant_mismatch")
-        outs = p.outs[p.step]
-        p.step += 1
-        METRICS.fused_ops += 1
-        if p.step == len(t.steps):
-            self.pending = None
+        for k, off in p.template.step_tags[j]:
+            outs[k]._set_user_data(_T1KEY, base + off)
+        self.hist.append((name, p.args, outs, (), ()))
+        p.args = None
+        j += 1
+        p.step = j
+        if j == p.n:
+            self._finish(p)
+
+    def _finish(self, p: "_Pending") -> None:
+        self.pending = None
+        t = p.template
+        # Wall time from the first op's handler entry to now: it includes what runs between the ops
+        # (the same user code as in an eager call, plus MindSpore's per-op work outside the handler),
+        # served or eager alike.
+        t.switch.record(p.size_class, _perf() - p.t_first, not p.eager)
+        self._count(p, p.n)
+        if p.eager:
+            t.stats.eager_calls += 1
+        else:
             t.stats.served += 1
-            # Served-time sample: wall time from the first op's handler entry to now, so it includes
-            # what runs between the ops (the same user code as in an eager call, plus MindSpore's
-            # per-op work outside the handler).
-            t.switch.record(p.size_class, _perf() - p.t_first, True)
-            if p.ctx in t.ctx_fails:
-                del t.ctx_fails[p.ctx]
-        self.hist.append((name, tensors, outs, (), ()))
-        return outs[0] if plan.n_out == 1 else outs
+        if p.ctx in t.ctx_fails:
+            del t.ctx_fails[p.ctx]
+
+    @staticmethod
+    def _count(p: "_Pending", n: int) -> None:
+        # Op counts go to the recorder's batch (METRICS.op_names; see Metrics.flush_ops), since the
+        # recorder does not see these ops.
+        names = METRICS.op_names
+        names.extend(p.names[:n])
+        if len(names) > 4096:
+            METRICS.flush_ops()
+        if not p.eager:
+            METRICS.fused_ops += n
 
     def _abandon(self, reason: str):
         METRICS.fallbacks[f"tier1: {reason}"] += 1
         p = self.pending
         self.pending = None
+        self._count(p, p.step)
         fails = p.template.ctx_fails
         fails[p.ctx] = fails.get(p.ctx, 0) + 1
         return _MISS
 
     def try_start(self, name: str, args):
-        """If a compiled run starts with this op and its inputs bind and its guards hold, run the
-        kernel and return the first op's result; else _MISS."""
+        """If a compiled run starts with this op and its inputs bind and its guards hold: run the
+        kernel and return the first op's result, or, where the size switch says so, return `_EAGER`
+        (the group runs eagerly, unrecorded, see `serve`); else _MISS."""
         cands = self.starts.get(name)
-        if not cands or self.probe_left:
+        if not cands:
             return _MISS
         t0 = _perf()
-        ctx = self.hist[-1][0] if self.hist else None
+        hist = self.hist
+        ctx = hist[-1][0] if hist else None
         for t in cands:
-            tensors = t.plans[0].match(args)
-            if tensors is None:
+            tensors = t.matchers[0](args, 0)
+            if type(tensors) is int:
                 continue
             if t.ctx_fails.get(ctx, 0) >= CTX_MAX_FAILS:
                 t.ctx_skips += 1
@@ -415,16 +541,22 @@ class Tier1:
                 if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
                     t.launches.clear()
                 t.launches[lkey] = launch
+            self.end_run()  # the eager run before this one is complete
+            self._serial += 1
+            base = self._serial * _TOKEN_SPAN
             if not t.switch.should_serve(launch.size_class):
-                # The group's ops run eagerly now; no other group is launched inside them, so the
-                # eager run is this group's and measures it.
-                self.probe_left = len(t.steps)
+                # The group's ops run eagerly, checked as served ones are but not recorded: what
+                # the switch measures is then MindSpore's own time for them (plus the handler's).
                 on = t.switch.is_on(launch.size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
-                return _MISS
+                for e in t.tag_ext:
+                    bound[e]._set_user_data(_T1KEY, base + e)
+                p = self.pending = _Pending(t, base, None, None, t0, launch.size_class, ctx, eager=True)
+                p.step = 0
+                p.args = tensors
+                return _EAGER
             METRICS.cache_hits += 1
-            self.end_run()  # the eager run before this one is complete
-            return self._launch(t, launch, bound, tensors, t0, ctx)
+            return self._launch(t, launch, bound, tensors, t0, ctx, base)
         return _MISS
 
     def _bind(self, t: RunTemplate, first_args: list):
@@ -492,37 +624,31 @@ class Tier1:
         const_ptrs = [a.ctypes.data for a in t.const_arrays]
         return _Launch(go, out_specs, const_ptrs, _size_class(in_shapes[:t.n_tensor_ext]))
 
-    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx):
-        self._serial += 1
-        serial = self._serial
+    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx,
+                base: int):
         pool = self.pool
         # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
         # whose last tensor has died since become reusable.
         pool.safe_point()
-        alloc = pool.array
-        n_t = t.n_tensor_ext
-        ptrs = [x._data_ptr() for x in bound[:n_t]]
+        alloc = pool.array_ptr
+        ptrs = [x._data_ptr() for x in bound[:t.n_tensor_ext]]
         ptrs += launch.const_ptrs
         outs = []
         for shape, dt in launch.out_specs:
-            ten = Tensor.from_numpy(alloc(shape, dt))
-            ptrs.append(ten._data_ptr())
-            outs.append(ten)
+            a, ptr = alloc(shape, dt)
+            outs.append(_from_numpy(a))  # C-contiguous: Tensor.from_numpy minus its checks
+            ptrs.append(ptr)
         launch.go(ptrs)
-        base = serial * _TOKEN_SPAN
         for e in t.tag_ext:
             bound[e]._set_user_data(_T1KEY, base + e)
         for k, off in t.tag_outs:
             outs[k]._set_user_data(_T1KEY, base + off)
-        grouped, i = [], 0
-        for step in t.steps:
-            grouped.append(tuple(outs[i:i + step.n_out]))
-            i += step.n_out
+        grouped = [tuple(outs[i:i + n]) for i, n in t.out_pos]
+        rets = [outs[i] if n == 1 else g for (i, n), g in zip(t.out_pos, grouped)]
         # A group has at least two steps (end_run drops shorter runs): the rest are served.
-        self.pending = _Pending(t, base, grouped, t0, launch.size_class, ctx)
-        METRICS.fused_ops += 1
-        self._push_hist(t.steps[0].key[0], first_args, grouped[0])
-        return grouped[0][0] if t.steps[0].n_out == 1 else grouped[0]
+        self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx)
+        self.hist.append((t.names[0], first_args, grouped[0], (), ()))
+        return rets[0]
 
     # --- recording ---------------------------------------------------------------------------------
     def _push_hist(self, name, arg_tensors, out_tensors, arg_tags=(), out_tags=()) -> None:
@@ -534,8 +660,6 @@ class Tier1:
     def after_op(self, name: str, args, out, t0: float, seconds: float) -> None:
         """An op ran eagerly (its handler entered at perf_counter `t0`; the op itself took `seconds`)
         and the recorder has recorded it (`recorder.last_op`)."""
-        if self.probe_left:
-            self.probe_left -= 1
         tensors = _tensors(args)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         tags = self.recorder.last_tags
@@ -553,11 +677,6 @@ class Tier1:
         else:
             self._extend_run(step_key(name, args), tensors, outs, last, seconds, arg_tags, out_tags)
         self._push_hist(name, tensors, outs, arg_tags, out_tags)
-        run = self.run
-        if run is not None:  # the run's eager wall time, for the measured on/off switch
-            if run.t_first is None:
-                run.t_first = t0
-            run.t_last = _perf()
 
     def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
         block, start, end, out_regs = last
@@ -655,9 +774,6 @@ class Tier1:
         if t.ext_order is not None:  # the template binds tensors first, then constants
             run.ext_regs = [run.ext_regs[e] for e in t.ext_order]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
-        if run.t_first is not None:  # eager-time sample, measured as the served one is
-            t.switch.record(_size_class([d.shape for d in descs[:t.n_tensor_ext]]),
-                            run.t_last - run.t_first, False)
         sig = t.family.observe(descs)
         if sig in t.kernels or st.failed:
             return
@@ -736,6 +852,11 @@ class _FreshArrays:
     array = staticmethod(np.empty)
 
     @staticmethod
+    def array_ptr(shape, dtype):
+        a = np.empty(shape, dtype)
+        return a, a.__array_interface__["data"][0]
+
+    @staticmethod
     def safe_point() -> int:
         return 0
 
@@ -777,13 +898,15 @@ def _aliases(a, b) -> bool:
 
 
 def _size_class(shapes) -> int:
-    """Size class of a call (see `SizeSwitch`): from its first tensor input's element count."""
-    if not shapes:
-        return 0
-    n = 1
-    for d in shapes[0]:
-        n *= d
-    return SizeSwitch.size_class(n)
+    """Size class of a call (see `SizeSwitch`): from the element count of its largest tensor input
+    (not the first: a group may start with a scalar made into a 0-d tensor, as `1.0 - m` does)."""
+    most = 0
+    for shape in shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        most = max(most, n)
+    return SizeSwitch.size_class(most)
 
 
 def _desc(x) -> InputDesc:

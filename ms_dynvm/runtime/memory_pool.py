@@ -537,6 +537,11 @@ class Pool:
 
         The array's `.base` is the block's root ndarray. Copies (`np.array(a)`, `a.copy()`) are
         independent of the pool, as usual. Host allocators only."""
+        return self.array_ptr(shape, dtype)[0]
+
+    def array_ptr(self, shape: int | Sequence[int], dtype: np.dtype | type | str = np.float32) -> tuple:
+        """`(array(shape, dtype), its data address)`: the kernel launcher's entry, which needs the
+        address and should not pay for `a.ctypes` to get it."""
         try:
             dt, shapes = _DTYPES[dtype]
             nbytes, cap, exact = shapes[shape]
@@ -568,7 +573,7 @@ class Pool:
         finally:
             lock.release()
         if root is not None:
-            return _ndarray(shape, dt, root, buf.off)
+            return _ndarray(shape, dt, root, buf.off), buf.ptr
         with lock:  # not host memory: the block was never exported
             self._unwatch_locked(buf)
             buf.refcount = 1

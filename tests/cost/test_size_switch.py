@@ -50,9 +50,10 @@ def test_classes_are_independent_and_a_class_switches_back_on():
 def test_a_class_without_eager_measurements_probes_sooner():
     sw = SizeSwitch()
     d = _calls(sw, 4, 16, served_s=0.5, eager_s=1.0)
-    # After MIN_SAMPLES served calls, every 8th call runs eagerly until the class has eager samples.
-    assert not all(d) and sum(not x for x in d[:12]) >= 1
-    assert len(sw.classes[4].eager) >= 1
+    # Every other call runs eagerly until the class has MIN_SAMPLES eager samples, then 1 in 32.
+    assert d[:2 * SizeSwitch.MIN_SAMPLES] == [True, False] * SizeSwitch.MIN_SAMPLES
+    assert all(d[2 * SizeSwitch.MIN_SAMPLES:])
+    assert len(sw.classes[4].eager) == SizeSwitch.MIN_SAMPLES
 
 
 def test_hysteresis_keeps_a_close_call_on():

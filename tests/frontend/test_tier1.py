@@ -97,7 +97,12 @@ def test_chain_is_fused_served_and_correct_across_sizes(ref_backend):
     # The chain splits where `m` (never dispatched before) enters: two runs, each compiled ONCE for
     # a symbolic batch dim (the cost model waits for the second call, which shows B varying).
     assert st["cache_misses"] == len(ref_backend) == 2, st  # kernels obtained (compiled or loaded)
-    assert all(k.calls == len(sizes) - 2 for k in ref_backend), [k.calls for k in ref_backend]
+    # Every later call is served, except the size switch's eager probes (unrecorded eager runs of
+    # the group that measure MindSpore's own time; every other call of a new size class at first).
+    probes = st["fallbacks"].get("tier1: eager probe", 0)
+    assert sum(k.calls for k in ref_backend) + probes == 2 * (len(sizes) - 2), (
+        [k.calls for k in ref_backend], st["fallbacks"])
+    assert all(k.calls >= 2 for k in ref_backend), [k.calls for k in ref_backend]
     assert st["fusion_rate"] > 0.5, st
 
 
@@ -360,3 +365,48 @@ def test_a_size_dependent_scalar_does_not_compile_a_group_per_size(ref_backend):
         np.testing.assert_allclose(y, np.tanh(xr * b) - 0.5, rtol=1e-5, atol=2e-4)
     assert len(ref_backend) <= tier1.MAX_VARIANTS, len(ref_backend)
     assert st["fallbacks"].get("tier1: too many variants (scalar arguments change)", 0) > 0, st["fallbacks"]
+
+
+def test_generated_step_matchers_check_arguments_tokens_and_constants():
+    """`_make_matcher` (the serving hot path) accepts exactly what the step recorded: arity, scalar
+    arguments (value and type), the launch's tokens, and 0-d constants of the recorded dtype and
+    value, with the sign of a zero and NaN payloads compared exactly."""
+    from ms_dynvm.frontend import tier1
+
+    def plan(key, checks):
+        return tier1._StepPlan(tier1.Step(key, tuple(("ext", 0) for _ in checks), 1), checks)
+
+    def t(v, dt=np.float32):
+        return ms.Tensor(np.array(v, dtype=dt))
+
+    x = t(np.ones((2, 3)))
+    x._set_user_data(tier1._T1KEY, 1000 + 7)
+    # SubExt(x, <const 1.0 f32>, 1): token 7 for x, a constant for the 0-d tensor.
+    sub = plan(("SubExt", ("<T>", "<T>", 1)), (7, (np.float32(1.0).tobytes(), "f32")))
+    assert sub.flat
+    m = tier1._make_matcher(sub, True)
+    c = t(1.0)
+    got = m((x, c, 1), 1000)
+    assert type(got) is list and got[0] is x and got[1] is c
+    assert m((x, t(1.0), 1), 2000) == 3  # another launch's token
+    assert m((x, t(2.0), 1), 1000) == 4  # another value
+    assert m((x, t(1, np.int32), 1), 1000) == 4  # same value, another dtype
+    assert m((x, t(1.0, np.float16), 1), 1000) == 4
+    assert m((x, t([1.0]), 1), 1000) == 4  # not 0-d
+    assert m((x, t(1.0), 2), 1000) == 1  # another alpha
+    assert m((x, t(1.0), True), 1000) != 1  # True == 1: the same key (step_key), as before
+    assert m((x, t(1.0)), 1000) == 1  # arity
+    assert m((x, 1.0, 1), 1000) == 1  # a scalar where a tensor was
+    zero = tier1._make_matcher(plan(("SubExt", ("<T>", "<T>", 1)), (7, (np.float32(0.0).tobytes(), "f32"))), True)
+    assert type(zero((x, t(0.0), 1), 1000)) is list
+    assert zero((x, t(-0.0), 1), 1000) == 4
+    nan_bytes = np.float32(np.nan).tobytes()
+    nan = tier1._make_matcher(plan(("SubExt", ("<T>", "<T>", 1)), (7, (nan_bytes, "f32"))), True)
+    assert type(nan((x, t(np.frombuffer(nan_bytes, np.float32)[0]), 1), 1000)) is list
+    assert nan((x, t(1.0), 1), 1000) == 4
+    # Step 0's matcher binds without checking tokens.
+    first = tier1._make_matcher(plan(("Muls", ("<T>", 0.5)), (0,)), False)
+    assert first((x, 0.5), 0) == [x] and first((x, 0.25), 0) == 1 and first((x, 0.5, 1), 0) == 1
+    # A legacy (prim, name, args) form is matched through the generic comparison.
+    legacy = plan(("ReduceSum", ("<prim>", "ReduceSum", ("<T>", (1,), True, False))), (7,))
+    assert not legacy.flat
