@@ -165,7 +165,7 @@ def _make_tier1(rec: Recorder, opts: Options) -> Tier1 | None:
         t1 = _tier1_by_opts[key] = Tier1(rec, opts)
     else:
         t1.reset(rec, opts)
-    rec.on_close = lambda reason: t1.end_run()
+    rec.on_close = t1.block_closed
     return t1
 
 

@@ -355,10 +355,15 @@ class RunTemplate:
 class _OpenRun:
     """The run being recorded (eager)."""
 
-    def __init__(self, block, start: int, hist_snapshot: list):
+    def __init__(self, block, start: int, hist_snapshot: list, epoch):
         self.block = block
         self.start = start
         self.end = start
+        # A run may go on across a block end at an nn.Cell boundary (not a sync point) into the
+        # next block of the same Program (`Tier1.block_closed`): the earlier (block, start, end).
+        self.segments: list = []
+        self.epoch = epoch
+        self.across = False
         self.steps: list[Step] = []
         self.ext: list = []
         self.ext_tags: list = []
@@ -681,12 +686,23 @@ class Tier1:
     def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
         block, start, end, out_regs = last
         run = self.run
-        if run is not None and (run.block is not block or run.end != start
-                                or len(run.steps) >= MAX_RUN_STEPS):
-            self.end_run()
-            run = None
+        if run is not None:
+            if len(run.steps) >= MAX_RUN_STEPS:
+                self.end_run()
+                run = None
+            elif run.block is block and run.end == start:
+                pass
+            elif run.across and start == 0 and run.epoch == self.recorder.epoch:
+                # The first op of the block after a Cell boundary: the run goes on (values flow
+                # between the blocks of one Program as registers, so its tags stay valid).
+                run.segments.append((run.block, run.start, run.end))
+                run.block, run.start, run.end = block, start, start
+                run.across = False
+            else:
+                self.end_run()
+                run = None
         if run is None:
-            run = self.run = _OpenRun(block, start, list(reversed(self.hist)))
+            run = self.run = _OpenRun(block, start, list(reversed(self.hist)), self.recorder.epoch)
         srcs = []
         for tensor, tag in zip(tensors, arg_tags):
             if tag in run.out_tags:
@@ -744,6 +760,14 @@ class Tier1:
                 return ("hist", d, "arg", arg_tags.index(tag), k)
         return None
 
+    def block_closed(self, reason: str) -> None:
+        """The recorder is closing its block (`Recorder.on_close`). A Cell boundary is not a sync
+        point: the run may go on in the next block (see `_extend_run`); any other end ends it."""
+        if reason == "cell" and self.run is not None:
+            self.run.across = True
+        else:
+            self.end_run()
+
     def end_run(self) -> None:
         run, self.run = self.run, None
         if run is None or len(run.steps) < 2:
@@ -792,7 +816,9 @@ class Tier1:
 
     def _function(self, run: _OpenRun) -> Function:
         types = self.recorder.program.types
-        body = run.block.instrs_between(run.start, run.end)
+        body = []
+        for block, start, end in run.segments + [(run.block, run.start, run.end)]:
+            body.extend(block.instrs_between(start, end))
         regs = set(run.ext_regs)
         for ins in body:
             regs.update(int(a) for a in ins.args if isinstance(a, Reg))
