@@ -19,8 +19,9 @@ A group whose compile failed is never promoted again (the failure is counted as 
 After compiling, measurement decides (`SizeSwitch`): per size class of the group's first input
 (the bit length of its element count, so roughly per batch size), the executor keeps the wall time
 of recent served calls and of recent eager calls (probe calls run eagerly on purpose, and not
-recorded, so they measure MindSpore's own time: every other call of a class until it has
-`MIN_SAMPLES` of them, then one in `PROBE_EVERY` = 32), and serves the class only while its median
+recorded, so they measure MindSpore's own time; in pairs, of which the second is measured: every
+other pair of calls of a class until it has `MIN_SAMPLES` samples, then one pair in
+`PROBE_EVERY` = 32 calls), and serves the class only while its median
 served time is not above its median eager time (with 5% hysteresis). A class switched off still
 serves one call in `PROBE_EVERY`, so it switches back on when serving becomes cheaper (a warmer
 cache, other sizes); its other calls run eagerly, unrecorded.
@@ -78,13 +79,15 @@ class CostModel:
 
 
 class _SizeClass:
-    __slots__ = ("eager", "served", "on", "n")
+    __slots__ = ("eager", "served", "on", "n", "second", "discard")
 
     def __init__(self, window: int) -> None:
         self.eager: deque = deque(maxlen=window)
         self.served: deque = deque(maxlen=window)
         self.on = True
         self.n = 0
+        self.second = False  # the next call is the second (measured) half of a probe pair
+        self.discard = False  # the next eager sample is the first (dropped) half
 
 
 class SizeSwitch:
@@ -112,15 +115,27 @@ class SizeSwitch:
         """Decide for one call of size class `cls`."""
         c = self._get(cls)
         c.n += 1
+        if c.second:
+            c.second = False
+            return False
         probe = c.n % self.PROBE_EVERY == 0
         if not c.on:
             return probe
         if len(c.eager) < self.MIN_SAMPLES:
             probe = probe or c.n % 2 == 0  # too few eager measurements of this class: probe sooner
+        if probe:
+            # Probes come in pairs and only the second is measured: while a class is served,
+            # MindSpore's worker threads fall asleep, and the first eager op after that pays for
+            # waking them (measured: several times the ops' own time), which a script that runs
+            # the group eagerly all along does not.
+            c.second = c.discard = True
         return not probe
 
     def record(self, cls: int, seconds: float, served: bool) -> None:
         c = self._get(cls)
+        if not served and c.discard:
+            c.discard = False
+            return
         (c.served if served else c.eager).append(seconds)
         if len(c.eager) >= self.MIN_SAMPLES and len(c.served) >= self.MIN_SAMPLES:
             s, e = statistics.median(c.served), statistics.median(c.eager)

@@ -31,7 +31,11 @@ def test_a_class_where_serving_is_faster_stays_on_with_rare_probes():
         sw.record(5, 1.0, False)
     d = _calls(sw, 5, 160, served_s=0.5, eager_s=1.0)
     assert sw.is_on(5)
-    assert len(d) - sum(d) == 160 // SizeSwitch.PROBE_EVERY
+    # Probes come in pairs (call n and n+1, n a multiple of PROBE_EVERY); only the second is measured.
+    every = SizeSwitch.PROBE_EVERY
+    assert [i + 1 for i, x in enumerate(d) if not x] == [k for p in range(every, 161, every)
+                                                        for k in (p, p + 1) if k <= 160]
+    assert len(sw.classes[5].eager) == 3 + 160 // every - 1
 
 
 def test_classes_are_independent_and_a_class_switches_back_on():
@@ -50,10 +54,26 @@ def test_classes_are_independent_and_a_class_switches_back_on():
 def test_a_class_without_eager_measurements_probes_sooner():
     sw = SizeSwitch()
     d = _calls(sw, 4, 16, served_s=0.5, eager_s=1.0)
-    # Every other call runs eagerly until the class has MIN_SAMPLES eager samples, then 1 in 32.
-    assert d[:2 * SizeSwitch.MIN_SAMPLES] == [True, False] * SizeSwitch.MIN_SAMPLES
-    assert all(d[2 * SizeSwitch.MIN_SAMPLES:])
+    # Probe pairs back to back until the class has MIN_SAMPLES eager samples (the second call of
+    # each pair is measured), then serving.
+    n = 2 * SizeSwitch.MIN_SAMPLES
+    assert d[:n + 1] == [True] + [False] * n
+    assert all(d[n + 1:])
     assert len(sw.classes[4].eager) == SizeSwitch.MIN_SAMPLES
+
+
+def test_the_first_probe_of_a_pair_is_not_measured():
+    sw = SizeSwitch()
+    for _ in range(3):
+        sw.record(2, 1.0, False)
+        sw.record(2, 1.0, True)
+    sw.classes[2].n = SizeSwitch.PROBE_EVERY - 1
+    assert sw.should_serve(2) is False  # first half: its sample (a cold start) is dropped
+    sw.record(2, 50.0, False)
+    assert sw.should_serve(2) is False  # second half: measured
+    sw.record(2, 1.0, False)
+    assert list(sw.classes[2].eager) == [1.0] * 4 and sw.is_on(2)
+    assert sw.should_serve(2) is True
 
 
 def test_hysteresis_keeps_a_close_call_on():

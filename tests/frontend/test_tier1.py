@@ -410,3 +410,27 @@ def test_generated_step_matchers_check_arguments_tokens_and_constants():
     # A legacy (prim, name, args) form is matched through the generic comparison.
     legacy = plan(("ReduceSum", ("<prim>", "ReduceSum", ("<T>", (1,), True, False))), (7,))
     assert not legacy.flat
+
+
+def test_a_run_goes_on_across_a_cell_boundary(ref_backend):
+    """`gelu(LayerNorm-cell(x))`: the Cell call ends a basic block but is no sync point, so the
+    LayerNorm and the GELU after it are one group, served and correct across sizes."""
+    net = ms.nn.LayerNorm((8,), epsilon=1e-5)
+
+    def f(x):
+        return ops.gelu(net(x), approximate="none")
+
+    rng = np.random.default_rng(3)
+    xs = [ms.Tensor(rng.standard_normal((2, s, 8)).astype(np.float32)) for s in (3, 5, 4, 7, 6, 9)]
+    refs = [f(x).asnumpy() for x in xs]
+    ms_dynvm.enable(compile_policy="threshold")
+    got = [f(x).asnumpy() for x in xs]
+    st = ms_dynvm.stats()
+    t1 = dispatch._S.mode.tier1
+    names = [t.names for t in t1.templates.values() if t.kernels]
+    ms_dynvm.disable()
+    for r, g in zip(refs, got):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    assert st["block_ends"].get("cell", 0) >= 2, st["block_ends"]
+    assert any(n[0] == "LayerNorm" and "Erf" in n for n in names), names
+    assert sum(k.calls for k in ref_backend) >= 2, st
