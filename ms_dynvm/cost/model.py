@@ -19,9 +19,10 @@ A group whose compile failed is never promoted again (the failure is counted as 
 After compiling, measurement decides (`SizeSwitch`): per size class of the group's first input
 (the bit length of its element count, so roughly per batch size), the executor keeps the wall time
 of recent served calls and of recent eager calls (probe calls run eagerly on purpose, and not
-recorded, so they measure MindSpore's own time; in pairs, of which the second is measured: every
-other pair of calls of a class until it has `MIN_SAMPLES` samples, then one pair in
-`PROBE_EVERY` = 32 calls), and serves the class only while its median
+recorded, so they measure MindSpore's own time; when no op ran eagerly just before, in pairs of
+which the second is measured (MindSpore's worker threads sleep after ~0.25 s without eager ops, and
+the first op pays for waking them): every other call (pair) of a class until it has `MIN_SAMPLES`
+samples, then one in `PROBE_EVERY` = 32 calls), and serves the class only while its median
 served time is not above its median eager time (with 5% hysteresis). A class switched off still
 serves one call in `PROBE_EVERY`, so it switches back on when serving becomes cheaper (a warmer
 cache, other sizes); its other calls run eagerly, unrecorded.
@@ -111,8 +112,9 @@ class SizeSwitch:
             c = self.classes[cls] = _SizeClass(self.WINDOW)
         return c
 
-    def should_serve(self, cls: int) -> bool:
-        """Decide for one call of size class `cls`."""
+    def should_serve(self, cls: int, warm: bool = False) -> bool:
+        """Decide for one call of size class `cls`. `warm`: an eager op ran very recently, so
+        MindSpore's worker threads are awake and a single probe measures eager time fairly."""
         c = self._get(cls)
         c.n += 1
         if c.second:
@@ -123,11 +125,11 @@ class SizeSwitch:
             return probe
         if len(c.eager) < self.MIN_SAMPLES:
             probe = probe or c.n % 2 == 0  # too few eager measurements of this class: probe sooner
-        if probe:
-            # Probes come in pairs and only the second is measured: while a class is served,
-            # MindSpore's worker threads fall asleep, and the first eager op after that pays for
-            # waking them (measured: several times the ops' own time), which a script that runs
-            # the group eagerly all along does not.
+        if probe and not warm:
+            # Probes come in pairs and only the second is measured: while a class is served (and
+            # no other op runs eagerly), MindSpore's worker threads fall asleep, and the first
+            # eager op after that pays for waking them, which a script that runs the group eagerly
+            # all along does not.
             c.second = c.discard = True
         return not probe
 

@@ -80,6 +80,9 @@ CTX_RETRY_EVERY = 32
 # Groups kept per op sequence whose scalar arguments or constants differ (see end_run).
 MAX_VARIANTS = 4
 MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
+# An eager op this recent (seconds) means MindSpore's worker threads are awake (they spin ~0.25 s
+# after an op, measured), so one eager probe of a group measures it fairly (see SizeSwitch).
+WARM_S = 0.05
 _T1KEY = "ms_dynvm.t1"
 _RKEY = "ms_dynvm"  # the recorder's tag: (epoch, register number)
 _MISS = object()
@@ -426,6 +429,7 @@ class Tier1:
         self.pending: _Pending | None = None
         self._serial = 0
         self._warned = False
+        self.last_eager = 0.0  # perf_counter when an op last ran eagerly
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
@@ -466,6 +470,7 @@ class Tier1:
         remember it, move on."""
         p = self.pending
         j = p.step
+        self.last_eager = _perf()
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         base = p.base
         for k, off in p.template.step_tags[j]:
@@ -549,7 +554,7 @@ class Tier1:
             self.end_run()  # the eager run before this one is complete
             self._serial += 1
             base = self._serial * _TOKEN_SPAN
-            if not t.switch.should_serve(launch.size_class):
+            if not t.switch.should_serve(launch.size_class, t0 - self.last_eager < WARM_S):
                 # The group's ops run eagerly, checked as served ones are but not recorded: what
                 # the switch measures is then MindSpore's own time for them (plus the handler's).
                 on = t.switch.is_on(launch.size_class)
@@ -665,6 +670,7 @@ class Tier1:
     def after_op(self, name: str, args, out, t0: float, seconds: float) -> None:
         """An op ran eagerly (its handler entered at perf_counter `t0`; the op itself took `seconds`)
         and the recorder has recorded it (`recorder.last_op`)."""
+        self.last_eager = t0
         tensors = _tensors(args)
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         tags = self.recorder.last_tags

@@ -76,6 +76,18 @@ def test_the_first_probe_of_a_pair_is_not_measured():
     assert sw.should_serve(2) is True
 
 
+def test_a_warm_probe_is_single_and_measured():
+    sw = SizeSwitch()
+    for _ in range(3):
+        sw.record(2, 1.0, False)
+        sw.record(2, 1.0, True)
+    sw.classes[2].n = SizeSwitch.PROBE_EVERY - 1
+    assert sw.should_serve(2, warm=True) is False  # an eager op just ran: MindSpore is awake
+    sw.record(2, 2.0, False)
+    assert list(sw.classes[2].eager) == [1.0] * 3 + [2.0]
+    assert sw.should_serve(2, warm=True) is True
+
+
 def test_hysteresis_keeps_a_close_call_on():
     sw = SizeSwitch()
     for _ in range(3):
