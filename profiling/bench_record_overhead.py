@@ -33,7 +33,11 @@ Per-op overhead of `record` over `passthrough`, several ways (all in us per disp
   `Recorder.on_op` in a tight loop with the collector off and no MindSpore op running in between (no
   worker thread spinning, warm caches): the recorder's own cost, nearly independent of machine load,
   and 2-4x below the in-handler figure (the same code right after an op). Median and minimum over
-  repetitions of the per-op mean.
+  repetitions of the per-op mean; "new": the median with the recorder's plan caches emptied before
+  each repetition (every op a first of its key: the full path, and making the plan).
+
+The recorder's plan cache (see its module doc) is process-wide: after the warm-up calls every op of
+these workloads finds its plan, so the other figures are of the steady state.
 - gc: time spent in garbage collections (gc.callbacks) per op, in each configuration, and the number
   of collections per generation over all rounds. Objects that the recorder keeps alive make the
   collector run more often; a full (generation 2) collection walks every object of the process.
@@ -227,7 +231,23 @@ def main() -> None:
                 per_op.append((ttn() - u0) / len(events) / 1e3)
         finally:
             gc.enable()
-        replay[name] = (statistics.median(per_op), min(per_op))
+        per_op_new = []
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(max(args.reps, 5) * 4):
+                for plans in rec_mod._PLANS.values():
+                    plans.clear()
+                rec_mod._INFERRED.clear()
+                rec = rec_mod.Recorder(opts)
+                on_op = rec.on_op
+                u0 = ttn()
+                for n, a, out in events:
+                    on_op(n, a, out)
+                per_op_new.append((ttn() - u0) / len(events) / 1e3)
+        finally:
+            gc.enable()
+        replay[name] = (statistics.median(per_op), min(per_op), statistics.median(per_op_new))
         del events
     gc.callbacks.remove(meter)
 
@@ -258,11 +278,12 @@ def main() -> None:
         print(f"{name:16s} {n_ops[name]:4d} " + " ".join(f"{s:>12s}" for s in cells))
     print("per-op overhead over passthrough, us/op. end to end: median over rounds of the difference "
           "with passthrough in the same round (wall | thread cpu); A/A: passthrough2, the noise floor; "
-          "handler: recorder cpu per op (median, mean); replay: recorder alone (median, min); gc: "
+          "handler: recorder cpu per op (median, mean); replay: recorder alone (median, min, new: "
+          "plan caches emptied); gc: "
           "collector time per op in record")
     print(f"{'workload':16s} {'record wall':>11s} {'cpu':>7s} {'count wall':>10s} {'cpu':>7s} "
           f"{'A/A wall':>8s} {'cpu':>7s} {'handler med':>11s} {'mean':>7s} {'replay med':>10s} "
-          f"{'min':>6s} {'gc':>6s}")
+          f"{'min':>6s} {'new':>6s} {'gc':>6s}")
     for name in cases:
         s = spent[name]
         runs = res[("record", name)]
@@ -271,7 +292,7 @@ def main() -> None:
               f"{paired('count-only', name, 0):10.2f} {paired('count-only', name, 1):7.2f} "
               f"{paired('passthrough2', name, 0):8.2f} {paired('passthrough2', name, 1):7.2f} "
               f"{statistics.median(s) / 1e3:11.2f} {statistics.mean(s) / 1e3:7.2f} "
-              f"{replay[name][0]:10.2f} {replay[name][1]:6.2f} {gc_rec:6.2f}")
+              f"{replay[name][0]:10.2f} {replay[name][1]:6.2f} {replay[name][2]:6.2f} {gc_rec:6.2f}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ name (`func.name`) and its positional arguments exactly as dispatched. The answe
 of one instruction whose single result is the op's result (most ops) comes back as the bare
 `(vm_op, operands, attrs)` triple, which is what the handlers build.
 
+`PLANNABLE` names the ops whose answer depends on nothing but the arguments (the non-tensor values,
+the tensors' dtypes and shapes, which tensor is where): no handler of theirs reads the legacy
+primitive (`_reads_prim` marks those that do) and none is in-place. The recorder caches their
+lowerings per argument signature.
+
 Cost: one dict lookup plus one small function per op. Handlers read tensor METADATA only where the VM
 op needs a static attribute (`x.shape` for split sizes, full-rank slices, `Flatten`, `gather_d_grad`;
 `x.dtype` for `NewOnes`/`InplaceCopy`); they never read a tensor's VALUE (that would force a sync):
@@ -95,7 +100,8 @@ from mindspore.common.tensor import Tensor
 
 from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name
 
-__all__ = ["Tmp", "Lowering", "META", "INPLACE", "normalize", "lower", "mutated_tensor", "covered_names"]
+__all__ = ["Tmp", "Lowering", "META", "INPLACE", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
+           "mutated_tensor", "covered_names"]
 
 
 class Tmp(NamedTuple):
@@ -133,12 +139,20 @@ _OUT_LAST2 = (Tmp(1),)
 
 
 _IN_ORDER_HANDLERS: set = set()
+_PRIM_HANDLERS: set = set()
 
 
 def _in_order(h):
     """Marks a handler whose one-instruction lowerings take as tensor operands exactly the op's
     top-level tensor arguments, in order, and no other tensor (see TENSOR_ARGS_IN_ORDER)."""
     _IN_ORDER_HANDLERS.add(h)
+    return h
+
+
+def _reads_prim(h):
+    """Marks a handler that reads the legacy primitive's attributes (`prim.attrs`): its lowering is
+    not a function of the op's arguments alone (see PLANNABLE)."""
+    _PRIM_HANDLERS.add(h)
     return h
 
 
@@ -232,7 +246,7 @@ def _opt_dtype(v):
 def _tensors(v) -> tuple:
     if type(v) is tuple or type(v) is list:
         for e in v:
-            if not isinstance(e, Tensor):
+            if type(e) is not Tensor and not isinstance(e, Tensor):
                 raise _Unsupported
         return tuple(v)
     raise _Unsupported
@@ -299,10 +313,12 @@ def _unary(op: str):
 def _binary(op: str):
     def h(a, prim):
         x, y = a
-        if isinstance(x, Tensor):
-            if not (isinstance(y, Tensor) or type(y) in _NUMBER_TYPES):
+        # Numbers are told apart by their type first: isinstance(2.5, Tensor) goes through the
+        # metaclass's __instancecheck__ (Tensor's is an ABCMeta), several times the cost.
+        if type(x) in _NUMBER_TYPES:
+            if not isinstance(y, Tensor):
                 raise _Unsupported
-        elif not (isinstance(y, Tensor) and type(x) in _NUMBER_TYPES):
+        elif not isinstance(x, Tensor) or not (type(y) in _NUMBER_TYPES or isinstance(y, Tensor)):
             raise _Unsupported
         return (op, (x, y), {})
 
@@ -316,9 +332,9 @@ def _binary_alpha(op: str):
         x, y, alpha = a
         if type(alpha) is not int and type(alpha) is not float:
             raise _Unsupported
-        xt = isinstance(x, Tensor)
-        yt = isinstance(y, Tensor)
-        if not (xt or type(x) in _NUMBER_TYPES) or not (yt or type(y) in _NUMBER_TYPES):
+        xt = type(x) not in _NUMBER_TYPES
+        yt = type(y) not in _NUMBER_TYPES
+        if (xt and not isinstance(x, Tensor)) or (yt and not isinstance(y, Tensor)):
             raise _Unsupported
         if alpha == 1:
             if not (xt or yt):
@@ -340,9 +356,10 @@ def _divmod(a, prim):
         op = _ROUNDING[mode]
     else:
         raise _Unsupported
-    if not (isinstance(x, Tensor) or isinstance(y, Tensor)):
+    x, y = _tn(x), _tn(y)
+    if type(x) in _NUMBER_TYPES and type(y) in _NUMBER_TYPES:
         raise _Unsupported
-    return (op, (_tn(x), _tn(y)), {})
+    return (op, (x, y), {})
 
 
 _ROUNDING = {1: "trunc_div", 2: "floor_div"}  # mint.div rounding_mode: 'trunc' -> 1, 'floor' -> 2
@@ -814,6 +831,7 @@ def _unstack_n(x, axis) -> Lowering:
     return Lowering([("unstack", (x,), {"axis": axis})], tuple(Tmp(0, i) for i in range(n)))
 
 
+@_reads_prim
 def _unstack_legacy(a, prim):
     (x,) = a
     return _unstack_n(x, _int(prim.attrs["axis"]))
@@ -824,6 +842,7 @@ def _unstack_ext(a, prim):
     return _unstack_n(x, _int(dim))
 
 
+@_reads_prim
 def _stack_legacy(a, prim):
     (ts,) = a
     return ("stack", _tensors(ts), {"axis": _int(prim.attrs["axis"])})
@@ -846,6 +865,7 @@ def _tile(a, prim):
 
 
 def _tril_triu(op: str):
+    @_reads_prim
     def h(a, prim):
         if prim is not None and len(a) == 1:  # legacy Tril(x), diagonal in prim.attrs
             (x,) = a
@@ -890,6 +910,7 @@ def _torch_pads(pads: tuple, rank: int) -> tuple:
     return tuple(out)
 
 
+@_reads_prim
 @_in_order
 def _pad_v3(a, prim):
     x, paddings, value = a
@@ -1020,6 +1041,7 @@ def _same_pads(in_hw, k_hw, s_hw, d_hw) -> tuple:
     return tuple(out)
 
 
+@_reads_prim
 @_in_order
 def _conv2d(a, prim):
     x, w = a
@@ -1046,6 +1068,7 @@ def _conv2d(a, prim):
                                    "groups": groups})
 
 
+@_reads_prim
 @_in_order
 def _max_pool(a, prim):
     (x,) = a
@@ -1076,6 +1099,7 @@ def _avg_pool(a, prim):
                                      "padding": (0, 0, 0, 0)})
 
 
+@_reads_prim
 @_in_order
 def _adaptive_avg_pool2d(a, prim):
     (x,) = a
@@ -1473,6 +1497,12 @@ INPLACE: frozenset = frozenset((
     "Assign AssignAdd AssignSub ScatterAdd ScatterSub ScatterUpdate ScatterMul ScatterDiv ScatterMax "
     "ScatterMin ScatterNdAdd ScatterNdSub ScatterNdUpdate"
 ).split())
+
+# Dispatched names whose handler is a function of the op's arguments alone (it reads no primitive
+# attributes, and of a tensor only its dtype and shape), not in INPLACE: for these, equal non-tensor
+# arguments and tensors of equal dtypes and shapes give equal lowerings, so the recorder caches them.
+PLANNABLE: frozenset = frozenset(n for n, h in _TABLE.items()
+                                 if h is not META and h not in _PRIM_HANDLERS) - INPLACE
 
 
 def lower(name: str, args: tuple):

@@ -3,13 +3,35 @@
 It runs inside the dispatch handler for every op, right after MindSpore ran it, when MindSpore's worker
 threads are still spinning on the machine's cores and its kernels have evicted the caches: every
 Python operation and every call into MindSpore's C++ (`_get_user_data`, `_set_user_data`, `_dtype`,
-`_shape` ...) costs several times what it costs in a tight loop. So the common case (a lowering of one
-instruction whose one result is the op's result) is inlined in `on_op`: the normalisation table's
-handler called directly (`normalize.lower`'s bare `(op, operands, attrs)` triple, no Lowering), one
-user-data read per tensor operand, the result type read off the tensor MindSpore returned
-(authoritative, cached per (dtype, shape, layout)), one user-data write; op counts are batched
-(`Metrics.flush_ops`). Lowerings of several instructions type their temporaries with the registry's
-shape rules.
+`_shape` ...) costs several times what it costs in a tight loop (the first call of each kind after an
+op 1-3 us; `isinstance(2.5, Tensor)` goes through Tensor's ABCMeta and costs as much, so non-tensors
+are told apart by their type first). So `on_op` is inlined and does as little as it can:
+
+- The plan cache (`_PLANS`): for a name in `normalize.PLANNABLE` (a handler that reads neither the
+  legacy primitive nor anything of a tensor but its dtype and shape, not in-place) the lowering is a
+  function of the key: per argument, the id of its register's type (a plan keeps the types of its key
+  alive, so no other type takes their ids; types read off tensors are interned, `_TYPES`, so equal
+  ones share an id) or its Python type and value (a float zero or NaN, a tensor subclass, a sequence
+  of anything but ints: no key). And so is
+  MindSpore's result type (shape functions of the same inputs), which the plan keeps: a repeated op
+  costs one user-data read per tensor argument, one dict lookup and one user-data write, without the
+  handler, `_dtype` or `_shape` (a view's layout is read: `is_contiguous`). The first op of a key
+  takes the path below and makes the plan. A lowering of several instructions or results is cached
+  the same way (`_run_multi`: its inputs are made, and its registers numbered, in the order of the
+  full path), except where an argument could be linked to a view (below: the registry types the
+  temporaries from the register's type, which is then the view's). The plans are bounded in number
+  (`_MAX_PLANS`), and while shapes change from call to call (more than 3/4 of the ops making a plan)
+  the recorder goes without them for a while (`_PLANS_OFF` ops): a first op costs more than one
+  without a plan cache.
+- Otherwise the common case (one instruction whose one result is the op's result) is still inlined:
+  the handler called directly (`normalize.lower`'s bare `(op, operands, attrs)` triple), one
+  user-data read per tensor operand, the result type read off the tensor MindSpore returned
+  (authoritative, cached per (dtype, shape, layout)), one user-data write. Lowerings of several
+  instructions type their temporaries with the registry's shape rules (`_infer`, cached per operand
+  types, immediates and attributes).
+- Op counts are batched (`Metrics.flush_ops`). In plain mode the programs' `Input` records are shared
+  (`_TENSOR_INPUTS`, `_PARAM_INPUTS`): nothing mutates them, and making one costs more than looking
+  it up.
 
 Garbage: the instructions are stored as exact tuples of atomic values (`Block.append_raw`), which the
 collector stops tracking at its first passes, and tags are `(epoch, int)` tuples: an `Instr` or a `Reg`
@@ -26,16 +48,20 @@ new register, so later uses read the new value.
 
 Views: MindSpore CPU hands a non-view op a fresh contiguous copy of a view argument (made before the
 handler runs, with no tag). The recorder keeps the last few view results of the block and links such an
-untagged argument to a view result of the same dtype and shape whose elements are bit-identical (read
-in place through the view's strides, spans of at most `_VIEW_LINK_MAX_BYTES`); equal bits mean the
-register holds exactly the argument's value, so the link is exact, never a guess. An argument that
-matches none becomes an input, which is always correct. (Compared with memcmp where both are
-row-major, element 0 first otherwise; a view's layout is computed once.)
+untagged argument (only an untagged one: a tensor with a tag of an earlier program is no such copy) to
+a view result of the same dtype and shape whose elements are bit-identical (read in place through the
+view's strides, spans of at most `_VIEW_LINK_MAX_BYTES`); equal bits mean the register holds exactly
+the argument's value, so the link is exact, never a guess. An argument that matches none becomes an
+input, which is always correct. (A dict of the candidates' (dtype, shape) turns most arguments away
+without a look at them; compared with memcmp where both are row-major, else element 0 first, then the
+view's elements gathered in order (`tobytes`) against the copy's bytes; a view's layout is computed
+once.)
 
 Two modes:
-- plain (`enable()`): each basic block is recorded into its own small Program, dropped when the block
-  closes (only counters survive), so memory stays bounded however long the script runs; values from
-  earlier blocks enter a block as inputs.
+- plain (`enable()`): basic blocks are recorded into small Programs, dropped when a block closes
+  (only counters survive; at an nn.Cell boundary the Program is kept while it stays under
+  `max_block_ops` instructions), so memory stays bounded however long the script runs; values from
+  the blocks of earlier Programs enter as inputs.
 - recording (`with ms_dynvm.record() as rec:`): one Program for the whole scope, blocks kept, values
   flow between blocks; the input tensors are kept alive so `rec.inputs` can hand them back.
 """
@@ -72,7 +98,10 @@ _VIEW = opcodes.VIEW
 _KEY = "ms_dynvm"  # user-data key on MindSpore tensors: (epoch, register number)
 _PKEY = "ms_dynvm.param"  # user-data key: a Parameter's name
 _is_contiguous = TensorPy.is_contiguous  # what Tensor.is_contiguous calls, without the wrapper
+_data_ptr = TensorPy._data_ptr  # what Tensor._data_ptr calls, without the wrapper
 _FLUSH_NAMES = 4096  # pending op counts folded into METRICS from this many (checked at block ends, meta ops)
+_PLANNABLE = _norm.PLANNABLE
+_IMMEDIATE = frozenset((bool, int, float, type(None)))  # the operands of a lowering that are not tensors
 
 
 def tag_parameters(cell) -> None:
@@ -172,18 +201,26 @@ def _c_strides(shape) -> list:
 _NOT_COMPARABLE = object()
 
 
-def _layout(t, shape, c_strides):
+# Bytes per element of the VM dtypes (what `Tensor._itemsize` says, without asking MindSpore).
+_ITEMSIZE = {"bool": 1, "i8": 1, "u8": 1, "i16": 2, "f16": 2, "bf16": 2, "i32": 4, "f32": 4, "i64": 8,
+             "f64": 8, "c64": 8, "c128": 16}
+
+
+def _layout(t, shape, c_strides, contiguous: bool = False, itemsize=None):
     """How `_element_bytes(t, shape)` would see `t`, without reading its data: `_NOT_COMPARABLE`
     (it would be None), `_EMPTY`, or `(span in bytes, itemsize, strides)`, strides None when they
     are exactly the row-major `c_strides` (the elements are then the span's bytes, in order). A
     tensor's itemsize and strides do not change, so a view's layout is computed once; its data
-    pointer is read at each comparison."""
-    itemsize = t._itemsize
+    pointer is read at each comparison. `contiguous`: `t` is known to be contiguous (its elements
+    are the span's bytes, in order, whatever the strides of its dims of size 1). `itemsize`: its
+    bytes per element, when known."""
+    if itemsize is None:
+        itemsize = t._itemsize
     if itemsize not in _UINT:
         return _NOT_COMPARABLE
     if 0 in shape:
         return _EMPTY
-    strides = t.stride()
+    strides = c_strides if contiguous else t.stride()
     if strides == c_strides:
         nbytes = (shape[0] * c_strides[0] if shape else 1) * itemsize
         if nbytes > _VIEW_LINK_MAX_BYTES:
@@ -203,11 +240,13 @@ def _strided_array(ptr: int, layout, shape):
                       None if strides is None else [s * itemsize for s in strides])
 
 
-def _same_elements(a, pa: int, b, pb: int, shape) -> bool:
+def _same_elements(a, pa: int, b, pb: int, shape, entry=None) -> bool:
     """`np.array_equal(_element_bytes(ta, shape), _element_bytes(tb, shape))` (bit-identical
     elements) for tensors of layouts `a`, `b` (`_layout`, comparable) and data pointers `pa`, `pb`:
     the same memory in the same layout; two row-major tensors: one memcmp; else element 0 (at the
-    data pointer of both) first, then NumPy."""
+    data pointer of both) first, then, for a row-major `a` (a view's contiguous copy), one memcmp
+    with the other's elements gathered in order (`tobytes`), else NumPy. `entry`: `b`'s view
+    candidate (`Recorder._add_view`), where its array is kept while its data pointer stays."""
     if a is _EMPTY or b is _EMPTY:
         return a is b
     if pa == pb and a == b:
@@ -217,15 +256,198 @@ def _same_elements(a, pa: int, b, pb: int, shape) -> bool:
             return a[0] == b[0] and _memcmp(pa, pb, a[0]) == 0
         if _memcmp(pa, pb, a[1]) != 0:
             return False
+        if a[2] is None:
+            if entry is None:
+                arr = _strided_array(pb, b, shape)
+            else:
+                cached = entry[5]
+                if cached is not None and cached[0] == pb:
+                    arr = cached[1]
+                else:
+                    arr = _strided_array(pb, b, shape)
+                    entry[5] = (pb, arr)
+            return _memcmp(pa, arr.tobytes(), a[0]) == 0
     return bool((_strided_array(pa, a, shape) == _strided_array(pb, b, shape)).all())
 
 
+# The plan cache: op name (PLANNABLE) -> {key (see `Recorder.on_op`) -> plan}. A plan of one
+# instruction (`_new_plan`): (vm op, operand filler or None, mask, attrs, result type (for a view op:
+# (strided, contiguous)), is_view, the order in which its tensor arguments become inputs (None: in
+# argument order, all read), the types whose ids the key holds); of several instructions or results
+# (`_record_lowering`, `_run_multi`): (_MULTI, steps, outputs, number of instructions, the types). A
+# plan keeps the types of its key alive, so that no other type takes their ids while the key exists.
+_PLANS: dict = {name: {} for name in _PLANNABLE}
+_NO_PLANS: dict = {}  # `Recorder._plans` while plans are off (count-only mode, shapes that change)
+_MAX_PLANS = 4096  # plans in all: past it, all are dropped (memory stays bounded)
+_plans_made = 0  # plans in _PLANS
+# Shapes that change from call to call make every op the first of its key: the plans only cost then.
+# When more than 3/4 of the ops of a stretch made a plan (checked every _PLANS_CHECK plans made), the
+# recorder goes without plans for the next _PLANS_OFF ops. (The first call of a model makes a plan
+# per distinct key, and its layers share keys.)
+_PLANS_CHECK = 1024
+_PLANS_OFF = 8192
+
+
+def _store_plan(plans: dict, key, plan) -> None:
+    global _plans_made
+    if _plans_made >= _MAX_PLANS:
+        for p in _PLANS.values():
+            p.clear()
+        _plans_made = 0
+    plans[key] = plan
+    _plans_made += 1
+
+
+_LEGACY = ("legacy",)  # key part: arguments of a legacy primitive (prim, name, inputs)
+_MULTI = ("multi",)  # first item of a plan of several instructions or results (`_run_multi`)
+
+
+# Plain mode: the Inputs of the programs, shared by them (a program there is internal and dropped at
+# its block's end; nothing mutates an Input): making a dataclass instance per input costs more.
+_TENSOR_INPUTS: list = []  # Input(r, "tensor", "") at index r
+_PARAM_INPUTS: dict = {}  # (r, name) -> Input(r, "param", name)
+
+
+def _tensor_input(r: int) -> Input:
+    _TENSOR_INPUTS.extend(Input(i, "tensor", "") for i in range(len(_TENSOR_INPUTS), r + 1))
+    return _TENSOR_INPUTS[r]
+
+
+def _param_input(r: int, name: str) -> Input:
+    if len(_PARAM_INPUTS) > 65536:
+        _PARAM_INPUTS.clear()
+    inp = _PARAM_INPUTS[(r, name)] = Input(r, "param", name)
+    return inp
+
+
+def _type_of(dt, shape, contiguous: bool) -> TensorType:
+    ty = _TYPES.get((id(dt), shape, contiguous))
+    return _new_type(dt, shape, contiguous) if ty is None else ty
+
+
+def _retype(ty: TensorType, layout: str) -> TensorType:
+    return ty if ty.layout == layout else TensorType(ty.dtype, ty.shape, layout)
+
+
+def _filler(operands: tuple, slots: list, argidx: list):
+    """The function that makes the operands of a plan's instruction from the registers of its tensor
+    arguments: `operands` with, at `slots[j]`, the register of tensor argument `argidx[j]`."""
+    tmpl = [None if k in slots else a for k, a in enumerate(operands)]  # no tensor kept alive
+    if slots == [0] and argidx == [0] and len(tmpl) == 2:
+        c = tmpl[1]
+        return lambda regs: (regs[0], c)
+    pairs = tuple(zip(slots, argidx))
+
+    def fill(regs):
+        out = tmpl.copy()
+        for s, k in pairs:
+            out[s] = regs[k]
+        return tuple(out)
+
+    return fill
+
+
+def _new_plan(plans, key, src, low, mask, dt, shape, ty, is_view, kept, fresh) -> None:
+    """Cache the lowering `low` (one instruction whose result, of type `ty`, is the op's result) under
+    `key` in `plans` (the op name's); `kept`, `fresh`: the types the key names (see
+    `Recorder.on_op`)."""
+    op, operands, attrs = low
+    slots = [k for k in range(len(operands)) if mask >> k & 1]
+    # Each tensor operand is a top-level tensor argument: which one, by identity (one object twice
+    # would make that ambiguous).
+    tensors = [a for a in src if type(a) is Tensor]
+    pos = {id(a): k for k, a in enumerate(tensors)}
+    if len(pos) != len(tensors):
+        return
+    argidx = [pos.get(id(operands[k])) for k in slots]
+    if None in argidx:
+        return
+    in_order = argidx == list(range(len(pos)))
+    # Inputs are made in operand order, for the arguments the instruction reads.
+    order = None if in_order else tuple(dict.fromkeys(argidx))
+    if fresh:
+        kept.extend(f[2] for f in fresh)
+    fill = None if in_order and len(slots) == len(operands) else _filler(operands, slots, argidx)
+    rty = (_type_of(dt, shape, False), _type_of(dt, shape, True)) if is_view else ty
+    _store_plan(plans, key, (op, fill, mask, attrs, rty, is_view, order, tuple(kept)))
+
+
+# Types that are never tensors: `isinstance(x, Tensor)` on them goes through the metaclass's
+# __instancecheck__ (an ABCMeta), several times the cost of a type test.
+_NOT_TENSORS = frozenset((bool, int, float, type(None), str, tuple, list, dict, _TMP))
+
+
+def _is_tensor(x) -> bool:
+    t = type(x)
+    return t is Tensor or (t not in _NOT_TENSORS and isinstance(x, Tensor))
+
+
+def _registry():
+    global _REGISTRY
+    if _REGISTRY is None:
+        from ms_dynvm.ir import registry as _REGISTRY
+    return _REGISTRY
+
+
+_REGISTRY = None
+# registry.infer results: (op, per operand: the id of its type or its Python type and value, attrs
+# items) -> (result types, the operand types, kept alive so that their ids stay theirs).
+_INFERRED: dict = {}
+_EXACT_ATTR = frozenset((bool, int, str, type(None)))
+
+
+def _attr_value_ok(v) -> bool:
+    """`v` compares equal only to values of the same meaning: no float zero (-0.0 == 0.0), no NaN."""
+    t = type(v)
+    if t in _EXACT_ATTR:
+        return True
+    if t is float:
+        return v != 0.0 and v == v
+    if t is tuple:
+        for e in v:
+            if not _attr_value_ok(e):
+                return False
+        return True
+    return False
+
+
+def _infer(op: str, arg_types: list, attrs: dict):
+    """`registry.infer(op, arg_types, attrs)`, cached: the rules are functions of the operand types
+    and immediates and of the attributes."""
+    parts = [op]
+    for a in arg_types:
+        ta = type(a)
+        if ta is TensorType:
+            parts.append(id(a))
+        elif _attr_value_ok(a):
+            parts.append(ta)
+            parts.append(a)
+        else:
+            return _registry().infer(op, arg_types, attrs)
+    for k, v in attrs.items():
+        if not _attr_value_ok(v):
+            return _registry().infer(op, arg_types, attrs)
+        parts.append(k)
+        parts.append(type(v))
+        parts.append(v)
+    key = tuple(parts)
+    hit = _INFERRED.get(key)
+    if hit is not None:
+        return hit[0]
+    tys = tuple(_registry().infer(op, arg_types, attrs))
+    if len(_INFERRED) >= 16384:
+        _INFERRED.clear()
+    _INFERRED[key] = (tys, tuple(a for a in arg_types if type(a) is TensorType))
+    return tys
+
+
 def _flat_tensors(obj, out: list) -> list:
-    if isinstance(obj, Tensor):
-        out.append(obj)
-    elif isinstance(obj, (tuple, list)):
+    t = type(obj)
+    if t is tuple or t is list or (t not in _NOT_TENSORS and isinstance(obj, (tuple, list))):
         for x in obj:
             _flat_tensors(x, out)
+    elif _is_tensor(obj):
+        out.append(obj)
     return out
 
 
@@ -235,8 +457,8 @@ def _read_tags(args, out) -> tuple:
     if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
         args = args[2]
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    return ([a._get_user_data(_KEY) for a in args if isinstance(a, Tensor)],
-            [o._get_user_data(_KEY) for o in outs if isinstance(o, Tensor)])
+    return ([a._get_user_data(_KEY) for a in args if _is_tensor(a)],
+            [o._get_user_data(_KEY) for o in outs if _is_tensor(o)])
 
 
 class Recording:
@@ -290,6 +512,10 @@ class Recorder:
         self._max_block_ops = opts.max_block_ops
         self._last_index = opts.max_block_ops - 1  # an instruction at this index closes the block
         self._record = opts.record
+        self._plans = _PLANS if opts.record else _NO_PLANS
+        self._made = 0  # plans made since the last check (see _made_plan)
+        self._made_at = self._ops()
+        self._plans_back = 0  # while plans are off: the op count at which they come back
 
     @property
     def phase(self) -> str:
@@ -321,10 +547,11 @@ class Recorder:
     # --- program and block management -----------------------------------------------------------
     def _new_program(self) -> None:
         self.program = Program()
+        self._types = self.program.types
         self.block = None
         self.epoch = next(_epochs)
-        # [tensor, reg, dtype, shape, layout (`_layout`, once compared)]
-        self._views: deque = deque(maxlen=_VIEW_CANDIDATES)
+        self._views: deque = deque(maxlen=_VIEW_CANDIDATES)  # see _add_view
+        self._view_keys: dict = {}
         self._results: list = []  # record mode: every result tensor, kept alive for rec.outputs
 
     def _open_block(self):
@@ -338,6 +565,10 @@ class Recorder:
             self.on_close(reason)
         if len(self._names) >= _FLUSH_NAMES:
             METRICS.flush_ops()
+        if self._plans is _NO_PLANS and self._record and not 0 <= self._plans_back - self._ops() < _PLANS_OFF:
+            self._plans = _PLANS  # (the op counts restart at reset_stats)
+            self._made = 0
+            self._made_at = self._ops()
         b = self.block
         if b is None:
             return
@@ -349,7 +580,10 @@ class Recorder:
             self._block_count += 1
             if self.opts.debug or self.opts.dump_dir:
                 self._debug_block(b)
-        if self.recording is None:
+        # Plain mode drops the Program at a block end, except at an nn.Cell boundary (not a sync
+        # point: values still flow into the next block, and tier 1 fuses across it), while the
+        # Program stays under max_block_ops instructions.
+        if self.recording is None and (reason != "cell" or self.program.num_instrs() > self.opts.max_block_ops):
             self._new_program()
 
     def _debug_block(self, b) -> None:
@@ -398,14 +632,16 @@ class Recorder:
     def _reg_of(self, t) -> int:
         tag = t._get_user_data(_KEY)
         if tag is None or tag[0] != self.epoch:
-            tag = self._input_tag(t)
+            tag = self._input_tag(t, tag)
         return tag[1]
 
-    def _input_tag(self, t) -> tuple:
-        """`t` holds no register of this program: link it to a view result or make it an input.
-        Returns its new tag."""
-        ty = tensor_type(t)
-        if self._views:
+    def _input_tag(self, t, old, ty=None) -> tuple:
+        """`t`, whose tag is `old` (None or of an earlier program), holds no register of this program:
+        link it to a view result (only an untagged tensor: see the module doc) or make it an input.
+        Returns its new tag. (`ty`: `tensor_type(t)`, when the caller has it.)"""
+        if ty is None:
+            ty = tensor_type(t)
+        if old is None and self._view_keys and (ty.dtype, ty.shape) in self._view_keys:
             tag = self._link_view(t, ty)
             if tag is not None:
                 return tag
@@ -414,7 +650,7 @@ class Recorder:
         pname = t._get_user_data(_PKEY)
         if pname is not None:
             kind, name = "param", pname
-        elif isinstance(t, Parameter):
+        elif type(t) is not Tensor and isinstance(t, Parameter):
             kind, name = "param", t.name
         else:
             kind, name = "tensor", ""
@@ -422,7 +658,13 @@ class Recorder:
         r = prog._n  # = prog.next_reg(): the recorder allocates every register of its programs
         prog._n = r + 1
         prog.types[r] = ty
-        prog.inputs.append(Input(r, kind, name))
+        if self.recording is not None:
+            inp = Input(r, kind, name)
+        elif kind == "tensor":  # plain mode: the programs' Inputs are shared (see _TENSOR_INPUTS)
+            inp = _TENSOR_INPUTS[r] if r < len(_TENSOR_INPUTS) else _tensor_input(r)
+        else:
+            inp = _PARAM_INPUTS.get((r, name)) or _param_input(r, name)
+        prog.inputs.append(inp)
         tag = (self.epoch, r)
         t._set_user_data(_KEY, tag)
         if self.recording is not None:
@@ -436,25 +678,62 @@ class Recorder:
         dtype = ty.dtype
         arg = None
         for entry in reversed(self._views):
-            view, reg, vdtype, vshape, vlayout = entry
+            view, reg, vdtype, vshape, vlayout, _, vcontiguous = entry
             if vdtype != dtype or vshape != shape:
                 continue
             if arg is None:
                 c_strides = _c_strides(shape)
-                arg = _layout(t, shape, c_strides)
+                itemsize = _ITEMSIZE.get(dtype)
+                arg = _layout(t, shape, c_strides, ty.layout == "contiguous", itemsize)
                 if arg is _NOT_COMPARABLE:
                     return None
-                pa = 0 if arg is _EMPTY else t._data_ptr()
+                pa = 0 if arg is _EMPTY else _data_ptr(t)
             if vlayout is None:
-                vlayout = entry[4] = _layout(view, shape, c_strides)
+                vlayout = entry[4] = _layout(view, shape, c_strides, vcontiguous, itemsize)
             if vlayout is _NOT_COMPARABLE:
                 continue
-            pv = 0 if vlayout is _EMPTY else view._data_ptr()
-            if _same_elements(arg, pa, vlayout, pv, shape):
+            pv = 0 if vlayout is _EMPTY else _data_ptr(view)
+            if _same_elements(arg, pa, vlayout, pv, shape, entry):
                 tag = (self.epoch, reg)
                 t._set_user_data(_KEY, tag)
                 return tag
         return None
+
+    @staticmethod
+    def _ops() -> int:
+        return METRICS.ops_seen + len(METRICS.op_names)
+
+    def _made_plan(self) -> None:
+        """A plan was made: every _PLANS_CHECK of them, turn plans off for a while if more than 3/4
+        of the ops since the last check made one."""
+        self._made += 1
+        if self._made >= _PLANS_CHECK:
+            n = self._ops()
+            if 0 <= n - self._made_at < _PLANS_CHECK * 4 // 3:
+                self._plans = _NO_PLANS
+                self._plans_back = n + _PLANS_OFF
+            self._made = 0
+            self._made_at = n
+
+    def _add_view(self, t, reg: int, ty, read: bool = False) -> None:
+        """`t` (register `reg`, type `ty`) is a view result: a candidate for `_link_view`. `read`:
+        the layout of `ty` was read off `t` (a type from the registry's rules may say contiguous for a
+        view that is not: then `_link_view` reads the strides)."""
+        views = self._views
+        keys = self._view_keys  # (dtype, shape) -> number of candidates of it
+        if len(views) == _VIEW_CANDIDATES:
+            old = views[0]
+            k = (old[2], old[3])
+            n = keys[k] - 1
+            if n:
+                keys[k] = n
+            else:
+                del keys[k]
+        k = (ty.dtype, ty.shape)
+        keys[k] = keys.get(k, 0) + 1
+        # [tensor, reg, dtype, shape, layout (`_layout`, once compared), (data pointer, its elements),
+        # contiguous]
+        views.append([t, reg, k[0], k[1], None, None, read and ty.layout == "contiguous"])
 
     def _bind(self, t, reg: int) -> None:
         t._set_user_data(_KEY, (self.epoch, reg))
@@ -467,6 +746,111 @@ class Recorder:
         # Every return path sets last_op and last_tags (after an exception, dispatch calls on_error,
         # which clears them).
         self._names.append(name)
+        key = None
+        plans = self._plans.get(name)
+        if plans is not None:
+            # The plan cache (see the module doc), inline: the key is, per argument, the id of its
+            # register's (interned) type, or its Python type and value.
+            epoch = self.epoch
+            types = self._types
+            parts = []
+            src = args
+            if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
+                src = args[2]  # legacy primitive: (prim, name, inputs)
+                parts.append(_LEGACY)
+            pregs = []  # register of each tensor argument; -1 for one that holds none yet (`fresh`)
+            fresh = None
+            for a in src:
+                ta = type(a)
+                if ta is Tensor:
+                    tag = a._get_user_data(_KEY)
+                    if tag is not None and tag[0] == epoch:
+                        r = tag[1]
+                        pregs.append(r)
+                        parts.append(id(types[r]))
+                    else:
+                        ty = tensor_type(a)
+                        if fresh is None:
+                            fresh = []
+                        fresh.append((len(pregs), a, ty, tag))
+                        pregs.append(-1)
+                        parts.append(id(ty))
+                elif ta is float:
+                    if a == 0.0 or a != a:  # -0.0 == 0.0, nan != nan: no key
+                        break
+                    parts.append(float)
+                    parts.append(a)
+                elif ta is int or ta is bool:
+                    parts.append(ta)
+                    parts.append(a)
+                elif a is None:
+                    parts.append(None)
+                elif ta is tuple or ta is list:
+                    for e in a:
+                        if type(e) is not int:
+                            break
+                    else:
+                        parts.append(ta)
+                        parts.append(tuple(a))
+                        continue
+                    break
+                else:
+                    break
+            else:
+                key = tuple(parts)
+                plan = plans.get(key)
+                if plan is None:
+                    pass
+                elif plan[0] is _MULTI:
+                    if self._run_multi(plan, name, args, out, pregs, fresh):
+                        return
+                elif type(out) is Tensor:
+                    op, fill, mask, attrs, rty, is_view, order, _ = plan
+                    if fresh is None:
+                        pass
+                    elif order is None:
+                        # In argument order, which is operand order. The same C++ tensor may come
+                        # twice: after the first input, read the tag again.
+                        again = False
+                        for pos, a, ty, tag in fresh:
+                            if again:
+                                tag = a._get_user_data(_KEY)
+                                if tag is not None and tag[0] == epoch:
+                                    pregs[pos] = tag[1]
+                                    continue
+                            pregs[pos] = self._input_tag(a, tag, ty)[1]
+                            again = True
+                    else:
+                        self._make_inputs(order, {f[0]: f for f in fresh}, pregs, False)
+                    block = self.block
+                    if block is None:
+                        block = self._open_block()
+                    prog = self.program
+                    r = prog._n
+                    ty = rty[_is_contiguous(out)] if is_view else rty
+                    types[r] = ty
+                    prog._n = r + 1
+                    pending = block._pending
+                    start = len(block._instrs) + len(pending)
+                    outs = (r,)
+                    pending.append((op, tuple(pregs) if fill is None else fill(pregs), outs, mask))
+                    block._pattrs.append(attrs)
+                    otag = (epoch, r)
+                    out._set_user_data(_KEY, otag)
+                    if self.recording is not None:
+                        self._results.append(out)
+                    if is_view:
+                        self._add_view(out, r, ty, True)
+                    self.last_op = (block, start, start + 1, outs)
+                    if self.want_tags:
+                        self.last_tags = ([(epoch, x) for x in pregs] if order is None
+                                          else _read_tags(args, out)[0], [otag])
+                    else:
+                        self.last_tags = None
+                    self._one_instr.append(None)
+                    if start >= self._last_index:
+                        self.close_block("limit")
+                    return
         # normalize.lower(name, args), inline
         low = _TABLE.get(name)
         if low is not None and low is not _META:
@@ -482,7 +866,8 @@ class Recorder:
                     and type(out) is Tensor):
                 low = low.instrs[0]
             else:
-                self._other(name, args, out, low)
+                self._other(name, args, out, low,
+                            None if key is None else (plans, key, src, pregs, fresh))
                 return
         if type(out) is Tensor and self._record:
             # The common case, inline: one VM instruction whose one result is `out`. Counted in
@@ -490,18 +875,18 @@ class Recorder:
             op, operands, attrs = low
             epoch = self.epoch
             regs = []
-            tags = []
             mask = 0
-            for i, a in enumerate(operands):
-                if isinstance(a, Tensor):
+            i = 0
+            for a in operands:
+                if type(a) is Tensor or (type(a) not in _IMMEDIATE and isinstance(a, Tensor)):
                     tag = a._get_user_data(_KEY)
                     if tag is None or tag[0] != epoch:
-                        tag = self._input_tag(a)
+                        tag = self._input_tag(a, tag)
                     regs.append(tag[1])
-                    tags.append(tag)
                     mask |= 1 << i
                 else:
                     regs.append(a)
+                i += 1
             block = self.block
             if block is None:
                 block = self._open_block()
@@ -515,6 +900,10 @@ class Recorder:
             ty = _TYPES.get((id(dt), shape, contiguous))
             if ty is None:
                 ty = _new_type(dt, shape, contiguous)
+            if key is not None:
+                _new_plan(plans, key, src, low, mask, dt, shape, ty, is_view,
+                          [self._types[x] for x in pregs if x >= 0], fresh)
+                self._made_plan()
             prog.types[r] = ty
             prog._n = r + 1
             pending = block._pending
@@ -527,7 +916,7 @@ class Recorder:
             if self.recording is not None:
                 self._results.append(out)
             if is_view:
-                self._views.append([out, r, ty.dtype, ty.shape, None])
+                self._add_view(out, r, ty, True)
             self.last_op = (block, start, start + 1, outs)
             if name in _INPLACE:
                 target = _mutated(name, args)
@@ -535,18 +924,23 @@ class Recorder:
                     self._bind(target, r)
                 self.last_tags = _read_tags(args, out) if self.want_tags else None
             elif self.want_tags:
-                self.last_tags = (tags if name in _IN_ORDER else _read_tags(args, out)[0], [otag])
+                if name in _IN_ORDER:
+                    tags = [(epoch, x) for k, x in enumerate(regs) if mask >> k & 1]
+                else:
+                    tags = _read_tags(args, out)[0]
+                self.last_tags = (tags, [otag])
             else:
                 self.last_tags = None
             self._one_instr.append(None)
             if start >= self._last_index:
                 self.close_block("limit")
             return
-        self._other(name, args, out, _Lowering([low], _OUT1))
+        self._other(name, args, out, _Lowering([low], _OUT1),
+                    None if key is None else (plans, key, src, pregs, fresh))
 
-    def _other(self, name: str, args: tuple, out, low) -> None:
+    def _other(self, name: str, args: tuple, out, low, pk=None) -> None:
         """on_op for everything but the common case: META, count-only mode, opaque calls, lowerings
-        of several instructions or results."""
+        of several instructions or results (`pk`: what `_record_lowering` needs to cache them)."""
         self.last_op = self.last_tags = None
         names = self._names
         if low is _META:
@@ -563,86 +957,209 @@ class Recorder:
         if low is None:
             self._record_call(name, args, out)
             return
-        self._record_lowering(name, args, out, low)
+        self._record_lowering(name, args, out, low, pk)
 
-    def _emit(self, block, op: str, regs: list, mask: int, attrs: dict, types) -> list:
+    def _make_inputs(self, order, byarg: dict, pregs: list, again: bool) -> bool:
+        """Plan hit: the tensor arguments at positions `order` that hold no register (`byarg`: their
+        `fresh` entries by position) become inputs (or links), in that order. `again`: an input was
+        made before in this op (the same C++ tensor may come twice: its tag is read again). Returns
+        the new `again`."""
+        epoch = self.epoch
+        for k in order:
+            f = byarg.get(k)
+            if f is None or pregs[k] >= 0:
+                continue
+            _, a, ty, tag = f
+            if again:
+                tag = a._get_user_data(_KEY)
+                if tag is not None and tag[0] == epoch:
+                    pregs[k] = tag[1]
+                    continue
+            pregs[k] = self._input_tag(a, tag, ty)[1]
+            again = True
+        return again
+
+    def _run_multi(self, plan, name: str, args: tuple, out, pregs: list, fresh) -> bool:
+        """Record the op from its cached lowering of several instructions or results (see
+        `_record_lowering`); False (nothing done) where the plan does not apply: a result structure
+        other than the plan's, or a tensor argument that a view may be linked to (the types the
+        registry gives the temporaries follow the register's type)."""
+        _, steps, louts, n_instrs, _ = plan
+        outs_t = out if type(out) is tuple or type(out) is list else (out,)
+        if len(outs_t) != len(louts):
+            return False
+        byarg = None
+        if fresh is not None:
+            keys = self._view_keys
+            byarg = {}
+            for f in fresh:
+                if f[3] is None and keys and (f[2].dtype, f[2].shape) in keys:
+                    return False
+                byarg[f[0]] = f
+        again = False
+        block = self._open_block()
+        prog = self.program
+        types = prog.types
+        pending = block._pending
+        pattrs = block._pattrs
+        start = len(block._instrs) + len(pending)
+        results = []
+        for op, ospec, mask, attrs, tys, views, first in steps:
+            if byarg is not None and first:
+                # The arguments this instruction reads first become inputs now, as in
+                # _record_lowering (register numbers in the same order).
+                again = self._make_inputs(first, byarg, pregs, again)
+            r = prog._n
+            regs = []
+            for kind, x, y in ospec:
+                regs.append(pregs[x] if kind == 0 else results[x][y] if kind == 1 else x)
+            outs = tuple(range(r, r + len(tys)))
+            for rr, t in zip(outs, tys):
+                types[rr] = t
+            for j, k, pair in views:
+                types[r + j] = pair[_is_contiguous(outs_t[k])]
+            prog._n = r + len(tys)
+            pending.append((op, tuple(regs), outs, mask))
+            pattrs.append(attrs)
+            results.append(outs)
+        for k, (i, j, view) in enumerate(louts):
+            t = outs_t[k]
+            if type(t) is Tensor or _is_tensor(t):
+                reg = results[i][j]
+                self._bind(t, reg)
+                if view:
+                    self._add_view(t, reg, types[reg])
+        end = start + n_instrs
+        self.last_op = (block, start, end, tuple(results[i][j] for i, j, _ in louts))
+        self.last_tags = _read_tags(args, out) if self.want_tags else None
+        m = METRICS
+        m.ops_recorded += 1
+        m.instrs += n_instrs
+        if end >= self._max_block_ops:
+            self.close_block("limit")
+        return True
+
+    def _emit(self, block, op: str, regs: list, mask: int, attrs: dict, types) -> tuple:
         """Append one instruction (registers in `regs` are the ints flagged by `mask`); returns its
         result register numbers."""
         prog = self.program
-        r0 = prog.next_reg()
-        n = len(types)
-        prog._n = r0 + n
-        outs = tuple(range(r0, r0 + n))
+        r0 = prog._n  # = prog.next_reg(): the recorder allocates every register of its programs
+        outs = tuple(range(r0, r0 + len(types)))
+        prog._n = r0 + len(outs)
         ptypes = prog.types
         for r, t in zip(outs, types):
             ptypes[r] = t
         block.append_raw((op, tuple(regs), outs, mask), attrs)
-        return list(outs)
+        return outs
 
-    def _record_lowering(self, name: str, args: tuple, out, low) -> None:
-        """A lowering of several instructions (or results): temporaries typed by the registry."""
-        outs = out if isinstance(out, (tuple, list)) else (out,)
+    def _record_lowering(self, name: str, args: tuple, out, low, pk=None) -> None:
+        """A lowering of several instructions (or results): temporaries typed by the registry. With
+        `pk` (plans, key, the tensor arguments' source, their registers, `fresh`: see `on_op`) the
+        lowering is cached as a plan for `_run_multi`."""
+        instrs, louts = low
+        outs = out if type(out) is tuple or type(out) is list or isinstance(out, (tuple, list)) else (out,)
         final = {}
-        for k, tmp in enumerate(low.outputs):
+        for k, tmp in enumerate(louts):
             final[(tmp.index, tmp.out)] = outs[k]
         block = self._open_block()
         prog = self.program
+        types = prog.types
         start = block.num_instrs()
         results = []
-        for i, (op, operands, attrs) in enumerate(low.instrs):
+        if pk is not None:  # plan bookkeeping: tensor arguments by identity, in order
+            tensors = [a for a in pk[2] if type(a) is Tensor]
+            argpos = {id(a): k for k, a in enumerate(tensors)}
+            if len(argpos) != len(tensors):
+                pk = None  # the same tensor object twice: which argument an operand is is ambiguous
+            seen, steps = set(), []
+        for i, (op, operands, attrs) in enumerate(instrs):
             regs = []
             mask = 0
+            ospec = [] if pk is not None else None
+            first = []
             for j, a in enumerate(operands):
-                if isinstance(a, Tensor):
-                    regs.append(self._reg_of(a))
-                    mask |= 1 << j
-                elif isinstance(a, _TMP):
+                ta = type(a)
+                if ta is _TMP:
                     regs.append(results[a.index][a.out])
                     mask |= 1 << j
+                    if pk is not None:
+                        ospec.append((1, a.index, a.out))
+                elif ta is Tensor or (ta not in _IMMEDIATE and isinstance(a, Tensor)):
+                    regs.append(self._reg_of(a))
+                    mask |= 1 << j
+                    if pk is not None:
+                        k = argpos.get(id(a))
+                        if k is None:
+                            pk = None  # not a top-level argument
+                        else:
+                            ospec.append((0, k, 0))
+                            if k not in seen:
+                                seen.add(k)
+                                first.append(k)
+                elif ta not in _IMMEDIATE and isinstance(a, _TMP):
+                    regs.append(results[a.index][a.out])
+                    mask |= 1 << j
+                    if pk is not None:
+                        ospec.append((1, a.index, a.out))
                 else:
                     regs.append(a)
+                    if pk is not None:
+                        ospec.append((2, a, 0))
             n_out = _OPS[op].n_out
-            types = None
+            tys = None
+            views = ()
             if n_out >= 0:
-                types = []
+                tys = []
                 for j in range(n_out):
                     t = final.get((i, j))
                     if t is None:
-                        types = None
+                        tys = None
                         break
-                    types.append(tensor_type(t))
-            if types is None:
-                types = self._infer(op, regs, mask, attrs)
-            results.append(self._emit(block, op, regs, mask, attrs, types))
-        for k, tmp in enumerate(low.outputs):
+                    tys.append(tensor_type(t))
+            if tys is None:
+                tys = _infer(op, [types[r] if mask >> j & 1 else r for j, r in enumerate(regs)], attrs)
+            elif pk is not None and op in _VIEW_LIKE:  # the results' layouts are read at each use
+                views = tuple((j, louts.index(_TMP(i, j)), (_retype(ty, "strided"), _retype(ty, "contiguous")))
+                              for j, ty in enumerate(tys))
+            results.append(self._emit(block, op, regs, mask, attrs, tys))
+            if pk is not None:
+                steps.append((op, tuple(ospec), mask, attrs, tuple(tys), views, tuple(first)))
+        for k, tmp in enumerate(louts):
             t = outs[k]
-            if isinstance(t, Tensor):
+            if _is_tensor(t):
                 reg = results[tmp.index][tmp.out]
                 self._bind(t, reg)
-                if low.instrs[tmp.index][0] in _VIEW_LIKE:
-                    ty = prog.types[reg]
-                    self._views.append([t, reg, ty.dtype, ty.shape, None])
-        self.last_op = (block, start, block.num_instrs(),
-                        tuple(results[t.index][t.out] for t in low.outputs))
-        if name in _INPLACE and low.outputs:
+                if instrs[tmp.index][0] in _VIEW_LIKE:
+                    self._add_view(t, reg, types[reg])
+        end = block.num_instrs()
+        self.last_op = (block, start, end, tuple(results[t.index][t.out] for t in louts))
+        if name in _INPLACE and louts:
             target = _mutated(name, args)
             if target is not None:
-                first = low.outputs[0]
+                first = louts[0]
                 self._bind(target, results[first.index][first.out])
-        if self.want_tags:
-            self.last_tags = _read_tags(args, out)
+        self.last_tags = _read_tags(args, out) if self.want_tags else None
         m = METRICS
         m.ops_recorded += 1
-        m.instrs += len(low.instrs)
-        if block.num_instrs() >= self._max_block_ops:
+        m.instrs += len(instrs)
+        if pk is not None and name not in _INPLACE and len(outs) == len(louts):
+            plans, key, _, pregs, fresh = pk
+            kept = [types[x] for x in pregs if x >= 0]
+            for f in fresh or ():
+                # The key has the argument's own type: not the plan of an argument linked to a view
+                # of another type (see _run_multi).
+                tag = f[1]._get_user_data(_KEY)
+                if tag is not None and tag[0] == self.epoch and types[tag[1]] != f[2]:
+                    pk = None
+                kept.append(f[2])
+        if pk is not None and name not in _INPLACE and len(outs) == len(louts):
+            _store_plan(plans, key, (_MULTI, tuple(steps),
+                                     tuple((t.index, t.out, instrs[t.index][0] in _VIEW_LIKE)
+                                           for t in louts),
+                                     len(instrs), tuple(kept)))
+            self._made_plan()
+        if end >= self._max_block_ops:
             self.close_block("limit")
-
-    def _infer(self, op, regs, mask, attrs):
-        from ms_dynvm.ir import registry
-
-        types = self.program.types
-        arg_types = [types[r] if mask >> j & 1 else r for j, r in enumerate(regs)]
-        return registry.infer(op, arg_types, attrs)
 
     def _record_call(self, name: str, args: tuple, out) -> None:
         """An op the VM does not model: one opaque `call` over its tensor arguments, ending the block."""

@@ -475,6 +475,73 @@ def test_tensor_args_in_order():
     assert len(checked) > 80, sorted(checked)
 
 
+def test_prim_readers_are_marked():
+    """Every handler that reads its `prim` argument is marked `_reads_prim` (its name is then not in
+    PLANNABLE: the recorder's plan cache keys on the arguments only)."""
+    import dis
+
+    readers = set()
+    for name, h in N._TABLE.items():
+        if h is N.META:
+            continue
+        if any(i.argval == "prim" and i.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE")
+               for i in dis.get_instructions(h)):
+            readers.add(name)
+            assert h in N._PRIM_HANDLERS, name
+    assert readers and not readers & N.PLANNABLE
+    assert {"Conv2D", "MaxPool", "Tril", "Stack", "Unstack", "PadV3"} <= readers
+    assert not N.PLANNABLE & N.INPLACE and "Mul" in N.PLANNABLE and "LayerNorm" in N.PLANNABLE
+
+
+def _same_form(a, b, pairs) -> bool:
+    """`a` and `b` (lowerings, or parts of them) equal, with each tensor of `a` standing for its
+    partner in `pairs` (id -> tensor) in `b`; immediates of the same type and value (-0.0 is not 0.0)."""
+    if isinstance(a, Tensor):
+        return pairs.get(id(a)) is b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same_form(x, y, pairs) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_form(a[k], b[k], pairs) for k in a)
+    if type(a) is float:
+        return repr(a) == repr(b)
+    return a == b
+
+
+def test_plannable_lowerings_depend_on_tensor_metadata_only():
+    """For a PLANNABLE name, other tensors of the same dtypes and shapes give the same lowering, with
+    the tensors in the same places: what the recorder's plan cache relies on."""
+    checked = set()
+    for c in _all_captured():
+        if c.name not in N.PLANNABLE:
+            continue
+        args = c.args
+        legacy = len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple
+        inner = args[2] if legacy else args
+        if any(isinstance(a, (tuple, list)) and _tensors_in(a, []) for a in inner):
+            continue  # tensors inside a sequence: the recorder's key gives up on them
+        pairs = {}
+        other = []
+        for a in inner:
+            if isinstance(a, Tensor):
+                b = pairs.get(id(a))
+                if b is None:
+                    try:
+                        b = ops.zeros_like(a)
+                    except Exception:  # noqa: BLE001 - a dtype without a CPU kernel
+                        break
+                    assert b.dtype == a.dtype and b.shape == a.shape
+                    pairs[id(a)] = b
+                a = b
+            other.append(a)
+        else:
+            new_args = (args[0], args[1], tuple(other)) if legacy else tuple(other)
+            assert _same_form(N.lower(c.name, args), N.lower(c.name, new_args), pairs), c.name
+            checked.add(c.name)
+    assert len(checked) > 80, sorted(checked)
+
+
 # --- values -------------------------------------------------------------------------------------
 def _value_of(v, snap):
     if isinstance(v, Tensor):
