@@ -1,23 +1,35 @@
 """Vectorisable float32 math for generated C kernels: our own approximations as `static inline` C.
 
-Every function is branch-free C (ternaries, bit casts through memcpy, `__builtin_rintf`), so GCC
-inlines it into the kernel's inner loop and vectorises the loop (AVX2: 8 lanes); nothing calls libm
-in the hot loop. Designs (coefficients fitted by us, see tests/codegen/test_math_accuracy.py):
-- exp: Cody-Waite reduction x = n*ln2 + r (ln2 split in two, the high part with trailing zeros so
-  n*LN2_HI is exact), Taylor polynomial of degree 7 on |r| <= ln2/2, scaling by 2^n in two steps so
-  that results in the subnormal range are rounded once. `dvm_exp_hl(hi, lo)` takes x as hi + lo
-  (used by erfc, whose argument -a^2 must be exact).
-- expm1: degree-9 Taylor polynomial on |x| < ln2/2; outside, 2^n * expm1(r) + (2^n - 1).
-- log: x = 2^e * m, m in [sqrt(1/2), sqrt(2)), f = m - 1, s = f/(2+f):
-  log(1+f) = f - s*(f - R(s^2)) with R the atanh series; e*ln2 added in two parts. log1p(x) =
-  log(u) * x/(u-1) with u = 1+x (the rounding of u is compensated). log2 = log * log2(e).
-- tanh(x) = -t/(t+2) with t = expm1(-2|x|), sign restored; sigmoid(x) = {1 or e}/(1+e) with
-  e = exp(-|x|) (no cancellation on either side).
-- erf: |x| < 1: x*P(x^2), P a degree-7 least-squares fit (relative error 3e-11); otherwise
-  1 - erfc(|x|). erfc(a), a >= 0.5: exp(-a^2) * R(a), R = erfc*exp(a^2) fitted as a degree-11
-  polynomial in a - 1.25 on [0.5, 2] and as Q(1/a^2)/a (degree 9) on [2, 10.06]; a^2 is formed
-  exactly (Veltkamp split) and passed to dvm_exp_hl, because exp(-a^2) amplifies an error in a^2 by
-  a^2. gelu(x) = 0.5*x*erfc(-x/sqrt(2)), with x^2/2 formed exactly the same way.
+Every function is branch-free C (ternaries, bit casts through memcpy), so GCC inlines it into the
+kernel's inner loop and vectorises the loop (AVX2: 8 lanes); nothing calls libm in the hot loop. The
+loops are bound by the FMA/multiply ports, so the designs minimise multiplies and FMAs and avoid
+special-case selects: clamps are written `c < x ? c : x` so that NaN passes through, and overflow,
+underflow and NaN then come out of the arithmetic itself. Coefficients are minimax fits made by us,
+rounded to float one at a time (each rounding refitted by the rest). Designs:
+- exp: n = rint(x/ln2) read from the low bits of x/ln2 + 0x1.8p23 (no round/convert), Cody-Waite
+  reduction r = x - n*ln2 (ln2 in two parts), exp(r) = 1 + r + r^2 P(r), P of degree 4 (relative error
+  3.1e-9), scaling by 2^n in two exact steps so that overflow gives +Inf and results in the subnormal
+  range are rounded once; the input is clamped to [-104, 88.8]. `dvm_exp_hl(hi, lo)` takes x as
+  hi + lo. `dvm_exp_neg` (x <= 0: sigmoid, softplus) scales once by 2^(n+24) and then by 2^-24.
+- expm1: the same reduction, expm1(r) = r + r^2 P(r) (degree 4, 1.4e-8), then
+  2 * (2^(n-1) expm1(r) + 2^(n-1) - 1/2), which neither overflows early nor cancels; |x| < 2^-25: x.
+- log: x = 2^e * m with m in [sqrt(1/2), sqrt(2)) by subtracting the bits of sqrt(1/2) (no compare),
+  f = m - 1, s = f/(2+f): log(1+f) = f - s*(f - R(s^2)) with R the atanh series; e*ln2 added in two
+  parts. log1p(x) = log(u) * x/(u-1) with u = 1+x (the rounding of u is compensated).
+  log2 = log * log2(e).
+- tanh: |x| < 0.7: x + x^3 P(x^2) (degree 4, 1.5e-8); else 1 - 2/(1 + exp(2|x|)), where exp(2|x|)
+  (|x| clamped to 10, one reduction constant, degree-5 polynomial, one scaling) errs by ~1e-7 but the
+  error is damped by 2/(1+e)/tanh <= 0.6; sign restored with a bit operation.
+- sigmoid(x) = {1 or e}/(1+e) with e = exp(-|x|) (no cancellation on either side).
+- erf: |x| < 1.2: x + x P(x^2) (degree 6); else 1 - Q(|x| - 2.6), Q a degree-13 fit of erfc on
+  [1.2, 4] in absolute error (6e-9); |x| is clamped to 4, where 1 - Q rounds to 1. No exp, no division.
+- erfc(a), gelu(x) = 0.5*x*erfc(-x/sqrt(2)) and its gradient share `dvm_erfc_core`: erfc(a) =
+  exp(-a^2) t G(t) with t = 1/(1 + 0.65a) and G a degree-10 fit in t - 1/4 (relative error 1.2e-8), one
+  piece for a in [0, 10.19]. a^2 is formed exactly (Veltkamp split; gelu forms x^2/2), because exp(-a^2)
+  amplifies an error in a^2 by a^2; the relative error of the rounded t (from the exact residuals of
+  1 + 0.65a and of the division) is added back, and it and exp's polynomial part meet in one FMA. The
+  result is scaled by 2^(n+24) and then 2^-24: one rounding into the subnormals. gelu clamps x to
+  +-14.4 inside (beyond, the erfc term rounds to 0), so gelu(+Inf) = +Inf and gelu(-Inf) = -0.
 - gelu(tanh form) = x * sigmoid(2u), softplus = max(z,0) + log1p(exp(-|z|)), silu = x*sigmoid(x),
   mish = x*tanh(softplus(x)), elu = alpha*expm1(x); derivatives use sigmoid(-z) rather than 1-s.
 
@@ -27,14 +39,19 @@ units of the float32 spacing at the reference value, 2^-149 in the subnormal ran
 +-0, subnormals, overflow/underflow thresholds and |x| up to 3.4e38 (erf/erfc: |x| <= 12, gelu:
 |x| <= 10); tests/codegen/test_math_accuracy.py re-measures and asserts the bounds in brackets:
 
-    exp 0.89 [1]   expm1 1.44 [2]   log 0.89 [1]   log1p 2.34 [3]   tanh 2.47 [3]   sigmoid 2.01 [3]
-    erf 2.33 [3]   erfc 2.87 [3]    gelu(erf) 3.59 [4]
+    exp 0.82 [1]   expm1 1.44 [2]   log 0.89 [1]   log1p 2.34 [3]   tanh 1.43 [2]   sigmoid 2.01 [3]
+    erf 1.23 [2]   erfc 2.81 [3]    gelu(erf) 3.24 [4]
 
+Over all 2^32 float32 inputs (same domains) the maxima are: exp 0.89, expm1 1.53, log 0.94,
+log1p 2.47, tanh 1.44, sigmoid 2.40, erf 1.52, erfc 3.29, gelu(erf) 4.48 (16 inputs of gelu above
+4, the worst at x = -4.0104); the previous version of this file had 0.94, 1.44, 0.94, 2.47, 2.50,
+2.40, 2.76, 3.61 and 4.43 there.
 Results in the subnormal range are included in these maxima (exp and erfc scale into it with a
 single rounding). Functions not listed (softplus, mish, silu, elu, gelu tanh form, the *_grad ops)
 are compositions of the above plus a few roundings; their error is not measured separately.
-`fast_math` uses degree-5 polynomials for exp/expm1 (looser, not measured); `strict_ieee` replaces
-all of these by libm calls (see c.py).
+`fast_math` uses Taylor polynomials of degree 5 for exp (so sigmoid, softplus) and 6 for expm1 (looser,
+not measured; tanh, erf, erfc and gelu are unchanged); `strict_ieee` replaces all of these by libm
+calls (see c.py). profiling/bench_math.py times each function.
 """
 
 from __future__ import annotations
@@ -78,70 +95,80 @@ MATH_C = _PRELUDE_C + r"""
 #define DVM_FAST 0
 #endif
 
-/* exp(hi + lo) where lo is a small correction of hi. */
+/* exp(r) on |r| <= ln2/2 (plus a little): 1 + r + r^2 P(r), P minimax (relative error 3.1e-9). */
+static inline float dvm_exp_poly(float r) {
+#if DVM_FAST
+    return 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * 8.3333338e-3f))));
+#else
+    return 1.0f + r * (1.0f + r * (4.999999404e-01f + r * (1.666652113e-01f + r * (4.166825488e-02f
+           + r * (8.368661627e-03f + r * 1.382145332e-03f)))));
+#endif
+}
+
+/* exp(hi + lo), lo a small correction of hi. No special cases: the clamp lets NaN through, and the
+   scaling 2^n = 2^n1 * 2^n2 overflows to +Inf above 88.72 and rounds into the subnormals (once) and
+   to 0 below -103.97. n = rint(x/ln2) comes from the low bits of x/ln2 + 0x1.8p23. */
 static inline float dvm_exp_hl(float hi, float lo) {
-    const float L2E = 1.44269504088896341f;
     const float LN2_HI = 0.693145751953125f;      /* 0x3f317200: 9 trailing zero bits */
     const float LN2_LO = 1.428606765330187e-06f;  /* ln2 - LN2_HI */
-    float xc = hi > 89.0f ? 89.0f : (hi < -104.0f ? -104.0f : hi);
-    float n = __builtin_rintf(xc * L2E);
-    float r = (xc - n * LN2_HI) - n * LN2_LO + lo;
-#if DVM_FAST
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * 8.3333338e-3f))));
-#else
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f + r * (8.33333377e-3f
-              + r * (1.38888892e-3f + r * 1.98412701e-4f))))));
-#endif
-    int32_t ni = (int32_t)n;
-    int32_t n1 = ni / 2;
-    int32_t n2 = ni - n1;
+    float xc = 88.8f < hi ? 88.8f : hi;
+    xc = -104.0f > xc ? -104.0f : xc;
+    float kf = xc * 1.44269504088896341f + 12582912.0f;
+    float n = kf - 12582912.0f;
+    float r = (xc - n * LN2_HI) - (n * LN2_LO - lo);
+    float p = dvm_exp_poly(r);
+    int32_t ni = (int32_t)(dvm_f2u(kf) - 0x4b400000u);
+    int32_t n1 = ni >> 1;
     float s1 = dvm_u2f((uint32_t)(n1 + 127) << 23);
-    float s2 = dvm_u2f((uint32_t)(n2 + 127) << 23);
-    float res = (p * s1) * s2;
-    res = hi > 88.72283935546875f ? INFINITY : res;
-    res = hi < -103.97208404541015625f ? 0.0f : res;
-    return hi != hi ? hi : res;
+    float s2 = dvm_u2f((uint32_t)(ni - n1 + 127) << 23);
+    return (p * s1) * s2;
 }
 
 static inline float dvm_exp(float x) { return dvm_exp_hl(x, 0.0f); }
 
-static inline float dvm_expm1(float x) {
-    const float L2E = 1.44269504088896341f;
+/* exp(x) for x <= 0 or NaN: one exact scaling by 2^(n+24) (0x1.8p23 + 151 puts n + 151 in kf's low
+   bits), then by 2^-24, the only rounding into the subnormals. */
+static inline float dvm_exp_neg(float x) {
     const float LN2_HI = 0.693145751953125f;
     const float LN2_LO = 1.428606765330187e-06f;
-    int small = fabsf(x) < 0.34657359f;
-    float xc = x > 88.72283935546875f ? 88.72283935546875f : (x < -30.0f ? -30.0f : x);
-    float n = small ? 0.0f : __builtin_rintf(xc * L2E);
+    float xc = -104.0f > x ? -104.0f : x;
+    float kf = xc * 1.44269504088896341f + 12583063.0f;
+    float n = kf - 12583063.0f;
+    float r = (xc - n * LN2_HI) - n * LN2_LO;
+    float p = dvm_exp_poly(r);
+    return (p * dvm_u2f(dvm_f2u(kf) << 23)) * 5.96046448e-08f;
+}
+
+static inline float dvm_expm1(float x) {
+    const float LN2_HI = 0.693145751953125f;
+    const float LN2_LO = 1.428606765330187e-06f;
+    float xc = 88.8f < x ? 88.8f : x;
+    xc = -30.0f > xc ? -30.0f : xc;
+    float kf = xc * 1.44269504088896341f + 12582912.0f;
+    float n = kf - 12582912.0f;
     float r = (xc - n * LN2_HI) - n * LN2_LO;
 #if DVM_FAST
     float q = r + r * r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f
               + r * 1.3888889e-3f))));
 #else
-    float q = r + r * r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f + r * (8.33333377e-3f
-              + r * (1.38888892e-3f + r * (1.98412701e-4f + r * (2.48015876e-5f + r * 2.75573188e-6f)))))));
+    float q = r + r * r * (4.999999702e-01f + r * (1.666654646e-01f + r * (4.166744277e-02f + r * (8.366256952e-03f
+              + r * 1.386981807e-03f))));
 #endif
-    int32_t ni = (int32_t)n;
-    float s = dvm_u2f((uint32_t)((ni > 127 ? 127 : ni) + 127) << 23);   /* 2^n, n in [-44, 127] */
-    float sh = dvm_u2f((uint32_t)(ni - 1 + 127) << 23);                  /* 2^(n-1) */
-    float res = s * q + (s - 1.0f);
-    res = ni > 100 ? (sh * (q + 1.0f)) * 2.0f : res;                     /* 2^n itself may overflow */
-    res = x > 88.72283935546875f ? INFINITY : res;
-    res = x < -17.5f ? -1.0f : res;
-    return x != x ? x : res;
+    int32_t ni = (int32_t)(dvm_f2u(kf) - 0x4b400000u);
+    float sh = dvm_u2f((uint32_t)(ni + 126) << 23);   /* 2^(n-1), n in [-43, 128]: no overflow */
+    float h = sh * q + (sh - 0.5f);                    /* expm1(x) / 2 = (2^n expm1(r) + 2^n - 1) / 2 */
+    return fabsf(x) < 2.98023224e-08f ? x : h + h;     /* |x| < 2^-25: x (keeps subnormals and -0) */
 }
-
-/* log of x > 0 (finite, normal or subnormal); special values handled by dvm_log. */
+/* log of x > 0 (finite, normal or subnormal); special values handled by the callers.
+   x = 2^e * m with m in [sqrt(1/2), sqrt(2)) (offset trick on the bits), f = m - 1 exact. */
 static inline float dvm_log_core(float x) {
     const float LN2_HI = 0.693145751953125f;
     const float LN2_LO = 1.428606765330187e-06f;
     int sub = x < 1.17549435e-38f;
     float xs = sub ? x * 8388608.0f : x;
-    uint32_t u = dvm_f2u(xs);
-    int32_t e = (int32_t)(u >> 23) - 127 - (sub ? 23 : 0);
-    float m = dvm_u2f((u & 0x007fffffu) | 0x3f800000u);
-    int big = m > 1.41421356f;
-    m = big ? m * 0.5f : m;
-    e = big ? e + 1 : e;
+    int32_t u = (int32_t)(dvm_f2u(xs) - 0x3f3504f3u);
+    int32_t e = (u >> 23) - (sub ? 23 : 0);
+    float m = dvm_u2f(((uint32_t)u & 0x007fffffu) + 0x3f3504f3u);
     float f = m - 1.0f;
     float s = f / (2.0f + f);
     float z = s * s;
@@ -153,20 +180,17 @@ static inline float dvm_log_core(float x) {
 }
 
 static inline float dvm_log(float x) {
-    float r = dvm_log_core(x);
-    r = x == INFINITY ? INFINITY : r;
+    float r = x < INFINITY ? dvm_log_core(x) : x;   /* +Inf and NaN */
     r = x == 0.0f ? -INFINITY : r;
-    return (x < 0.0f || x != x) ? NAN : r;
+    return x < 0.0f ? NAN : r;
 }
 
 static inline float dvm_log1p(float x) {
     float u = 1.0f + x;
     float d = u - 1.0f;
-    float lu = dvm_log(u);
-    float r = d == 0.0f ? x : lu * (x / d);
-    r = x == INFINITY ? INFINITY : r;
-    r = x == -1.0f ? -INFINITY : r;
-    return x != x ? x : r;
+    float r = dvm_log(u) * (x / d);   /* log(u) * x/(u-1): compensates the rounding of u */
+    r = d == 0.0f ? x : r;
+    return x == INFINITY ? x : r;
 }
 
 static inline float dvm_log2(float x) {
@@ -174,48 +198,49 @@ static inline float dvm_log2(float x) {
     return r * 1.44269504088896341f;
 }
 
+/* tanh: |x| < 0.7: x + x^3 P(x^2) (minimax); else 1 - 2/(1 + exp(2|x|)), where the error of the
+   exp (degree-5 polynomial, single-constant reduction: 2|x| is clamped to 20) is damped by
+   2/(1+e) / tanh <= 0.6. Sign restored last (-0 stays -0, NaN stays NaN). */
 static inline float dvm_tanh(float x) {
     float a = fabsf(x);
-    float t = dvm_expm1(-2.0f * a);
-    float r = -t / (t + 2.0f);
-    r = copysignf(r, x);
-    return x != x ? x : r;
+    float u = a * a;
+    float ps = a + a * u * (-3.333319128e-01f + u * (1.332913190e-01f + u * (-5.355996266e-02f
+               + u * (2.009433508e-02f + u * -5.140463356e-03f))));
+    float ac = 10.0f < a ? 10.0f : a;
+    float kf = ac * 2.88539008177792681f + 12583039.0f;   /* n = rint(2|x|/ln2), n + 127 in the low bits */
+    float n = kf - 12583039.0f;
+    float h = ac - n * 0.346573591f;                       /* 2|x| = n ln2 + 2h */
+    float p = 1.0f + h * (2.0f + h * (1.999969244e+00f + h * (1.333368897e+00f + h * (6.702426672e-01f
+              + h * 2.660092711e-01f))));
+    float e = p * dvm_u2f(dvm_f2u(kf) << 23);
+    float pl = 1.0f - 2.0f / (1.0f + e);
+    float res = a < 0.7f ? ps : pl;
+    return dvm_u2f(dvm_f2u(res) ^ (dvm_f2u(x) & 0x80000000u));
 }
 
 static inline float dvm_sigmoid(float x) {
-    float e = dvm_exp(-fabsf(x));
+    float e = dvm_exp_neg(-fabsf(x));
     float num = x >= 0.0f ? 1.0f : e;
     return num / (1.0f + e);
 }
 
-/* erf(x) / x - 1 style polynomial: erf(x) = x * P(x^2) on |x| < 1. */
-static inline float dvm_erf_small(float x) {
-    float u = x * x;
-    float p = 1.128379226e+00f + u * (-3.761263788e-01f + u * (1.128378212e-01f + u * (-2.686540037e-02f
-              + u * (5.220945459e-03f + u * (-8.482828271e-04f + u * (1.125694398e-04f
-              + u * -9.641505130e-06f))))));
-    return x * p;
+/* erf: |x| < 1.2: x + x P(x^2); else 1 - Q(|x| - 2.6), Q a degree-13 fit of erfc on [1.2, 4] (absolute
+   error 6e-9; |x| is clamped to 4, where 1 - Q rounds to 1). */
+static inline float dvm_erf(float x) {
+    float a = fabsf(x);
+    float u = a * a;
+    float ps = a + a * (1.283791512e-01f + u * (-3.761253357e-01f + u * (1.128264666e-01f + u * (-2.681887895e-02f
+               + u * (5.129369907e-03f + u * (-7.549414877e-04f + u * 6.495513662e-05f))))));
+    float t = (a < 4.0f ? a : 4.0f) - 2.6f;
+    float q = 2.360312938e-04f + t * (-1.307994709e-03f + t * (3.401098773e-03f + t * (-5.459905136e-03f
+              + t * (5.961610936e-03f + t * (-4.558849148e-03f + t * (2.369118622e-03f + t * (-6.816022797e-04f
+              + t * (-7.613314665e-05f + t * (1.846325031e-04f + t * (-7.385502249e-05f + t * (-2.940439288e-07f
+              + t * (8.117624020e-06f + t * -1.625818413e-06f))))))))))));
+    float res = a >= 1.2f ? 1.0f - q : ps;
+    return dvm_u2f(dvm_f2u(res) ^ (dvm_f2u(x) & 0x80000000u));
 }
 
-/* erfc(a) for a >= 0, given a^2 = a2h + a2l exactly. */
-static inline float dvm_erfc_pos2(float a, float a2h, float a2l) {
-    float t = a - 1.25f;
-    float ra = 3.678229153e-01f + t * (-2.088218778e-01f + t * (1.067955866e-01f + t * (-5.021826923e-02f
-               + t * (2.201111615e-02f + t * (-9.081654251e-03f + t * (3.554999363e-03f + t * (-1.325935824e-03f
-               + t * (4.675245145e-04f + t * (-1.617645175e-04f + t * (6.401093560e-05f
-               + t * -1.985799827e-05f))))))))));
-    float ui = 1.0f / (a * a);
-    float rb = (5.641895533e-01f + ui * (-2.820917666e-01f + ui * (4.228967726e-01f + ui * (-1.047503948e+00f
-               + ui * (3.440873861e+00f + ui * (-1.229210663e+01f + ui * (3.908021164e+01f + ui * (-9.279120636e+01f
-               + ui * (1.378820343e+02f + ui * -9.369770050e+01f))))))))) / a;
-    float r = a < 2.0f ? ra : rb;
-    float res = dvm_exp_hl(-a2h, -a2l) * r;
-    res = a < 0.5f ? 1.0f - dvm_erf_small(a) : res;
-    res = a > 10.06f ? 0.0f : res;
-    return a != a ? a : res;
-}
-
-/* a*a as hi + lo exactly enough (Veltkamp split: the high half has 12 significant bits). */
+/* a*a as hi + lo exactly (Veltkamp split: the high half has 12 significant bits). */
 static inline void dvm_sq2(float a, float *hi, float *lo) {
     float ah = dvm_u2f(dvm_f2u(a) & 0xfffff000u);
     float al = a - ah;
@@ -223,38 +248,55 @@ static inline void dvm_sq2(float a, float *hi, float *lo) {
     *lo = (a + ah) * al;
 }
 
-static inline float dvm_erfc_pos(float a) {
-    float h, l;
-    dvm_sq2(a, &h, &l);
-    return dvm_erfc_pos2(a, h, l);
+/* m * erfc(a) for a in [0, 10.19] (callers clamp; NaN passes), given a^2 = a2h + a2l exactly; *e =
+   exp(-a^2). erfc(a) = exp(-a^2) t G(t), t = 1/(1 + 0.65a), G a degree-10 fit in t - 1/4 (relative
+   error 1.2e-8); d is the relative error of the rounded t (from the exact residuals of 1 + 0.65a and
+   of the division) and goes, with exp's polynomial part r*q, into the last fma. */
+static inline float dvm_erfc_core(float xa, float k, float a2h, float a2l, float m, float c, float *e) {
+    const float LN2_HI = 0.693145751953125f;
+    const float LN2_LO = 1.428606765330187e-06f;
+    float v = 1.0f + k * xa;
+    float t = 1.0f / v;
+    float vl = k * xa + (1.0f - v);
+    float d = (1.0f - t * v) - vl * t;
+    float s = t - 0.25f;
+    float g = (m * t) * (2.391067445e-01f + s * (2.649657428e-01f + s * (1.716633290e-01f + s * (-1.266671252e-02f
+              + s * (-1.234835237e-01f + s * (-2.526396513e-02f + s * (1.336208284e-01f + s * (6.160195451e-03f
+              + s * (-1.794492304e-01f + s * (1.609811485e-01f + s * -4.808173329e-02f))))))))));
+    float kf = -a2h * 1.44269504088896341f + 12583063.0f;   /* n + 151 in the low bits, n >= -150 */
+    float n = kf - 12583063.0f;
+    float r = (-a2h - n * LN2_HI) - (n * LN2_LO + a2l);
+    float q = 1.0f + r * (4.999999404e-01f + r * (1.666652113e-01f + r * (4.166825488e-02f + r * (8.368661627e-03f
+              + r * 1.382145332e-03f))));                   /* exp(r) = 1 + r q */
+    float sc = dvm_u2f(dvm_f2u(kf) << 23);                 /* 2^(n+24) */
+    *e = ((1.0f + r * q) * sc) * 5.96046448e-08f;
+    return ((g * (r * q + d) + g) * sc) * c;
 }
 
 static inline float dvm_erfc(float x) {
-    float c = dvm_erfc_pos(fabsf(x));
+    float a = fabsf(x);
+    a = 10.19f < a ? 10.19f : a;
+    float h, l, e;
+    dvm_sq2(a, &h, &l);
+    float c = dvm_erfc_core(a, 0.65f, h, l, 1.0f, 1.1920929e-07f, &e);
     return x < 0.0f ? 2.0f - c : c;
 }
 
-static inline float dvm_erf(float x) {
-    float a = fabsf(x);
-    float big = 1.0f - dvm_erfc_pos(a);
-    float r = a < 1.0f ? dvm_erf_small(a) : big;
-    r = copysignf(r, x);
-    return x != x ? x : r;
-}
-
-/* gelu(x) = 0.5*x*erfc(-x/sqrt(2)); z^2 = x^2/2 formed exactly. */
+/* gelu(x) = 0.5*x*erfc(-x/sqrt(2)) with x clamped to +-14.4 inside (beyond, erfc(|x|/sqrt(2)) * 7.2
+   rounds to 0); z^2 = x^2/2 formed exactly. */
 static inline float dvm_gelu_erf(float x) {
-    float a = fabsf(x) * 0.70710678118654752f;
-    float h, l;
-    dvm_sq2(x, &h, &l);
-    float c = dvm_erfc_pos2(a, 0.5f * h, 0.5f * l);
-    float hx = 0.5f * x;
-    return x < 0.0f ? hx * c : x - hx * c;
+    float xc = 14.4f < x ? 14.4f : x;
+    xc = -14.4f > xc ? -14.4f : xc;
+    float xa = fabsf(xc);
+    float h, l, e;
+    dvm_sq2(xa, &h, &l);
+    float g = dvm_erfc_core(xa * 0.70710678118654752f, 0.65f, 0.5f * h, 0.5f * l, xc, 5.96046448e-08f, &e);
+    return x < 0.0f ? dvm_u2f(dvm_f2u(g) | 0x80000000u) : x - g;
 }
 
 /* sigmoid(z) and sigmoid(-z) without cancellation. */
 static inline void dvm_sig2(float z, float *s, float *sm) {
-    float e = dvm_exp(-fabsf(z));
+    float e = dvm_exp_neg(-fabsf(z));
     float inv = 1.0f / (1.0f + e);
     float big = inv, small = e * inv;
     *s = z >= 0.0f ? big : small;
@@ -269,7 +311,7 @@ static inline float dvm_gelu_tanh(float x) {
 
 static inline float dvm_softplus(float x, float beta, float threshold) {
     float z = beta * x;
-    float r = (fmaxf(z, 0.0f) + dvm_log1p(dvm_exp(-fabsf(z)))) / beta;
+    float r = ((z > 0.0f ? z : 0.0f) + dvm_log1p(dvm_exp_neg(-fabsf(z)))) / beta;
     r = z > threshold ? x : r;
     return z != z ? z : r;
 }
@@ -281,13 +323,14 @@ static inline float dvm_mish(float x) {
 static inline float dvm_elu(float x, float alpha) { return x > 0.0f ? x : alpha * dvm_expm1(x); }
 
 static inline float dvm_gelu_grad_erf(float dy, float x) {
-    float a = fabsf(x) * 0.70710678118654752f;
-    float h, l;
-    dvm_sq2(x, &h, &l);
-    float c = dvm_erfc_pos2(a, 0.5f * h, 0.5f * l);
-    float phi = x < 0.0f ? 0.5f * c : 1.0f - 0.5f * c;
-    float pdf = dvm_exp_hl(-0.5f * h, -0.5f * l) * 0.3989422804014327f;
-    return dy * (phi + x * pdf);
+    float xc = 14.4f < x ? 14.4f : x;
+    xc = -14.4f > xc ? -14.4f : xc;
+    float xa = fabsf(xc);
+    float h, l, e;
+    dvm_sq2(xa, &h, &l);
+    float hc = dvm_erfc_core(xa * 0.70710678118654752f, 0.65f, 0.5f * h, 0.5f * l, 1.0f, 5.96046448e-08f, &e);
+    float phi = x < 0.0f ? hc : 1.0f - hc;
+    return dy * (phi + xc * (e * 0.3989422804014327f));
 }
 
 """ + _SHARED_C
