@@ -119,6 +119,7 @@ class CompiledKernel:
         self.outputs = [(r, fn.types[r]) for r in fn.outputs]
         self._np_in = [dtypes.to_numpy(t.dtype) for _, t in self.params]
         self._np_out = [dtypes.to_numpy(t.dtype) for _, t in self.outputs]
+        self._ptr_t = ctypes.c_void_p * max(len(self.params) + len(self.outputs), 1)
 
     def _sizes(self, in_shapes) -> dict:
         env: dict = {}
@@ -175,8 +176,15 @@ class CompiledKernel:
         want = self.out_shapes(env)
         if [tuple(s) for s in out_shapes] != want:
             raise ValueError(f"out shapes {out_shapes}, expected {want}")
+        return self.prepare_sized(env, in_strides, want)
+
+    def prepare_sized(self, env: dict, in_strides, out_shapes):
+        """`prepare` without its derivations and checks, for a caller that has bound the symbols
+        (`env`, every symbol of `spec.syms`) from the inputs' shapes itself and computed `out_shapes`
+        from this kernel's output types with it (tier 1, once per new input layout: the per-shape
+        part of a launch is then a few list operations and two ctypes arrays)."""
         strides = [int(s) for st in in_strides for s in st]
-        for shape in want:
+        for shape in out_shapes:
             acc, st = 1, []
             for d in reversed(shape):
                 st.append(acc)
@@ -184,7 +192,7 @@ class CompiledKernel:
             strides.extend(reversed(st))
         sizes = (ctypes.c_int64 * max(len(self.spec.syms), 1))(*[env[s] for s in self.spec.syms])
         st = (ctypes.c_int64 * max(len(strides), 1))(*strides)
-        ptr_t = ctypes.c_void_p * max(len(self.params) + len(want), 1)
+        ptr_t = self._ptr_t
         fn = self._fn
 
         def go(ptrs) -> None:

@@ -293,6 +293,7 @@ class RunTemplate:
     stats: GroupStats = field(default_factory=GroupStats)
     kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function, guards)
     launches: dict = field(default_factory=dict)  # input (dtype, shape, strides)s -> _Launch
+    families: dict = field(default_factory=dict)  # Signature -> _Family (see Tier1._family)
     switch: SizeSwitch = field(default_factory=SizeSwitch)  # serve or not, per size class
     # Launches abandoned in a row, per context (the op dispatched just before the first op): a
     # group whose first op also starts other op sequences is not launched where it never completes.
@@ -390,6 +391,43 @@ class _Launch:
         self.out_specs = out_specs
         self.const_ptrs = const_ptrs
         self.size_class = size_class
+
+
+class _Family:
+    """What launches of one compiled kernel entry (a signature of a group) share, whatever the
+    sizes: where each symbol is read off the inputs, the results' symbolic shapes and dtypes, the
+    constants. `launch` makes the `_Launch` for a new input layout from the bound symbols alone
+    (`CompiledKernel.prepare_sized`): about a third of a full `Tier1._prepare_full`, which a kernel
+    without that entry (the tests' reference backend) still takes."""
+
+    __slots__ = ("syms", "kernel", "fn", "out_dims", "const_ptrs", "const_strides")
+
+    def __init__(self, t: "RunTemplate", entry) -> None:
+        kernel, fn, guards = entry
+        self.kernel = kernel
+        self.fn = fn
+        self.syms = [(g.input, g.axis, g.value) for g in guards if g.kind == "sym"]
+        self.out_dims = [(tuple(fn.types[r].shape), dtypes.to_numpy(fn.types[r].dtype)) for r in fn.outputs]
+        self.const_ptrs = [a.ctypes.data for a in t.const_arrays]
+        self.const_strides = [tuple(s // a.itemsize for s in a.strides) for a in t.const_arrays]
+
+    def syms_agree(self, lkey: tuple) -> bool:
+        env: dict = {}
+        for i, a, name in self.syms:
+            n = lkey[i][1][a]
+            if env.setdefault(name, n) != n:
+                return False
+        return True
+
+    def launch(self, t: "RunTemplate", bound: list, lkey: tuple, size_class: int) -> "_Launch":
+        prepare_sized = getattr(self.kernel, "prepare_sized", None)
+        if prepare_sized is None:
+            return Tier1._prepare_full(t, bound, self.kernel, self.fn, size_class)
+        env = {name: lkey[i][1][a] for i, a, name in self.syms}
+        out_specs = [(tuple(d if type(d) is int else eval_dim(d, env) for d in dims), dt)
+                     for dims, dt in self.out_dims]
+        go = prepare_sized(env, [k[2] for k in lkey] + self.const_strides, [s for s, _ in out_specs])
+        return _Launch(go, out_specs, self.const_ptrs, size_class)
 
 
 class _Pending:
@@ -545,29 +583,63 @@ class Tier1:
             lkey = tuple([(vm_dtype(x.dtype), x.shape, tuple(x.stride())) for x in bound[:t.n_tensor_ext]])
             launch = t.launches.get(lkey)
             if launch is None:
-                launch = self._prepare(t, bound)
-                if launch is None:
+                # A new input layout: find the family (kernel) it belongs to; the launch itself is
+                # only made when the size switch says serve.
+                fam = self._family(t, bound, lkey)
+                if fam is None:
                     continue
-                if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
-                    t.launches.clear()
-                t.launches[lkey] = launch
+                size_class = _size_class([k[1] for k in lkey])
+            else:
+                size_class = launch.size_class
             self.end_run()  # the eager run before this one is complete
             self._serial += 1
             base = self._serial * _TOKEN_SPAN
-            if not t.switch.should_serve(launch.size_class, t0 - self.last_eager < WARM_S):
+            if not t.switch.should_serve(size_class, t0 - self.last_eager < WARM_S):
                 # The group's ops run eagerly, checked as served ones are but not recorded: what
                 # the switch measures is then MindSpore's own time for them (plus the handler's).
-                on = t.switch.is_on(launch.size_class)
+                on = t.switch.is_on(size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
                 for e in t.tag_ext:
                     bound[e]._set_user_data(_T1KEY, base + e)
-                p = self.pending = _Pending(t, base, None, None, t0, launch.size_class, ctx, eager=True)
+                p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True)
                 p.step = 0
                 p.args = tensors
                 return _EAGER
+            if launch is None:
+                launch = fam.launch(t, bound, lkey, size_class)
+                if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
+                    t.launches.clear()
+                t.launches[lkey] = launch
             METRICS.cache_hits += 1
             return self._launch(t, launch, bound, tensors, t0, ctx, base)
         return _MISS
+
+    def _family(self, t: RunTemplate, bound: list, lkey: tuple):
+        """The `_Family` (kernel entry) that serves calls of this input layout, or None (counted)
+        when no compiled kernel may: the signature (from the family's dynamic dims) must be one a
+        kernel was compiled for, and the symbols bind consistently (the rest of the kernel's guards
+        is implied by the equal signature: dtypes, ranks, layouts, static dims, and sizes >= 2 where
+        a dim is a symbol, as `ShapeFamily.signature` puts the size there otherwise)."""
+        descs = [InputDesc(k[0], k[1], "contiguous" if x.is_contiguous() else "strided")
+                 for k, x in zip(lkey, bound)]
+        descs += [_desc(x) for x in bound[t.n_tensor_ext:]]
+        sig = t.family.signature(descs)
+        fam = t.families.get(sig)
+        if fam is None:
+            entry = t.kernels.get(sig)
+            if entry is None:
+                METRICS.guard_failures["no_kernel_for_signature"] += 1
+                return None
+            env = check(entry[2], descs)  # the full guards, once per family
+            if isinstance(env, GuardFailure):
+                METRICS.guard_failures[env.reason] += 1
+                return None
+            fam = t.families[sig] = _Family(t, entry)
+            return fam
+        if fam.syms_agree(lkey):
+            return fam
+        METRICS.guard_failures["symbol_mismatch"] += 1
+        return None
 
     def _bind(self, t: RunTemplate, first_args: list):
         """The external inputs for a call starting with `first_args`: tensors first (in
@@ -601,24 +673,14 @@ class Tier1:
         out.extend(t.const_arrays)
         return out
 
-    def _prepare(self, t: RunTemplate, bound: list):
-        """A launch for a new input layout: signature, guards, kernel, output shapes. None (counted)
-        when no compiled kernel may serve it."""
+    @staticmethod
+    def _prepare_full(t: RunTemplate, bound: list, kernel, fn, size_class: int) -> "_Launch":
+        """A launch for a new input layout through the kernel's checked `prepare` (or its raw entry:
+        the tests' reference backend), for a kernel without `prepare_sized`."""
         descs = [_desc(x) for x in bound]
-        sig = t.family.signature(descs)
-        entry = t.kernels.get(sig)
-        if entry is None:
-            METRICS.guard_failures["no_kernel_for_signature"] += 1
-            return None
-        kernel, fn, guards = entry
-        env = check(guards, descs)
-        if isinstance(env, GuardFailure):
-            METRICS.guard_failures[env.reason] += 1
-            return None
-        out_specs = []
-        for r in fn.outputs:
-            ty = fn.types[r]
-            out_specs.append((tuple(eval_dim(d, env) for d in ty.shape), dtypes.to_numpy(ty.dtype)))
+        env = check(t.kernels[t.family.signature(descs)][2], descs)
+        out_specs = [(tuple(eval_dim(d, env) for d in fn.types[r].shape), dtypes.to_numpy(fn.types[r].dtype))
+                     for r in fn.outputs]
         in_shapes = [tuple(x.shape) for x in bound]
         in_strides = [tuple(s // x.itemsize for s in x.strides) if isinstance(x, np.ndarray)
                       else tuple(x.stride()) for x in bound]
@@ -632,7 +694,7 @@ class Tier1:
             def go(ptrs, _k=kernel):
                 _k.run_raw(ptrs[:n_in], in_shapes, in_strides, ptrs[n_in:], out_shapes)
         const_ptrs = [a.ctypes.data for a in t.const_arrays]
-        return _Launch(go, out_specs, const_ptrs, _size_class(in_shapes[:t.n_tensor_ext]))
+        return _Launch(go, out_specs, const_ptrs, size_class)
 
     def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx,
                 base: int):
@@ -871,6 +933,7 @@ class Tier1:
         if not t.kernels:
             METRICS.groups_compiled += 1
         t.kernels[sig] = (kernel, fn, sig.guards())
+        t.families.pop(sig, None)
         t.stats.compiled = True
         lst = self.starts.setdefault(t.steps[0].key[0], [])
         if t not in lst:

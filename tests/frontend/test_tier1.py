@@ -434,3 +434,96 @@ def test_a_run_goes_on_across_a_cell_boundary(ref_backend):
     assert st["block_ends"].get("cell", 0) >= 2, st["block_ends"]
     assert any(n[0] == "LayerNorm" and "Erf" in n for n in names), names
     assert sum(k.calls for k in ref_backend) >= 2, st
+
+
+def _gcc_cache(tmp_path, monkeypatch):
+    import shutil
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    monkeypatch.setenv("DYNVM_CACHE_DIR", str(tmp_path / "cache"))
+    from ms_dynvm.runtime import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_DEFAULT", None)
+    ms_dynvm.disable()
+    ms_dynvm.reset_stats()
+    dispatch.forget_compiled()
+
+
+def test_new_sizes_launch_through_the_kernel_family_without_its_checks(tmp_path, monkeypatch):
+    """With GCC kernels, a new input layout of a compiled signature is launched from the family's
+    symbol positions (`prepare_sized`), not the checked `prepare`: one family per signature, one
+    launch per layout, and every size (2..40 rows, row counts 1 and 0 too) computed right."""
+    from ms_dynvm.codegen import kernel as kernel_mod
+    from ms_dynvm.frontend import tier1
+
+    _gcc_cache(tmp_path, monkeypatch)
+    calls = {"prepare": 0, "sized": 0}
+    prepare, sized = kernel_mod.CompiledKernel.prepare, kernel_mod.CompiledKernel.prepare_sized
+
+    def counting_prepare(self, *a):
+        calls["prepare"] += 1
+        return prepare(self, *a)
+
+    def counting_sized(self, *a):
+        calls["sized"] += 1
+        return sized(self, *a)
+
+    monkeypatch.setattr(kernel_mod.CompiledKernel, "prepare", counting_prepare)
+    monkeypatch.setattr(kernel_mod.CompiledKernel, "prepare_sized", counting_sized)
+    monkeypatch.setattr(tier1.SizeSwitch, "should_serve", lambda self, c, warm=False: True)
+    sizes = [4, 6, 9, 5] + list(range(2, 41)) + [1, 0, 7, 1, 0]
+    ms_dynvm.enable(compile_policy="threshold")
+    got = []
+    for i, b in enumerate(sizes):
+        x, m = inputs(b, i)
+        got.append((chain(x, m).asnumpy(), x.asnumpy(), m.asnumpy()))
+    t1 = dispatch._S.mode.tier1
+    templates = [t for t in t1.templates.values() if t.kernels]
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    for y, xr, mr in got:
+        want = np.tanh(np.maximum(np.exp(xr * 0.5 - 1.0) * mr + xr, 0) - 0.25)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert templates and st["fused_ops"] > 0, st
+    assert calls["prepare"] == 0 and calls["sized"] >= 30, calls
+    for t in templates:
+        assert set(t.families) <= set(t.kernels) and len(t.families) >= 1
+        assert len(t.launches) >= 30  # rows 2..40 are one symbolic family, launched per layout
+
+
+def test_inputs_whose_symbols_disagree_are_not_served(tmp_path, monkeypatch):
+    """`x * y` then more ops, compiled with both inputs' rows as one symbol: a call where the rows
+    differ (and broadcast: 1 row) must not bind the symbol from one input and read the other with it;
+    it is a counted guard failure and runs eagerly, with eager's result."""
+    _gcc_cache(tmp_path, monkeypatch)
+
+    def f(x, y):
+        return ops.exp(ops.relu(x * y) - 1.0)
+
+    rng = np.random.default_rng(5)
+
+    def pair(a, b):
+        return (ms.Tensor(rng.standard_normal((a, 8)).astype(np.float32)),
+                ms.Tensor(rng.standard_normal((b, 8)).astype(np.float32)))
+
+    ms_dynvm.enable(compile_policy="threshold")
+    for n in (3, 5, 4, 6, 7, 3):
+        f(*pair(n, n)).asnumpy()
+    served = ms_dynvm.stats()["fused_ops"]
+    x, y = pair(6, 1)
+    got = f(x, y).asnumpy()
+    bad = pair(6, 4)  # not broadcastable: eager's error, not a kernel reading 6 rows of y
+    with pytest.raises(Exception) as under:
+        f(*bad).asnumpy()
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    with pytest.raises(Exception) as plain:
+        f(*bad).asnumpy()
+    assert type(under.value) is type(plain.value)
+    want = np.exp(np.maximum(x.asnumpy() * y.asnumpy(), 0) - 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert served > 0, st
+    assert st["guard_failures"].get("symbol_mismatch", 0) >= 1, st["guard_failures"]
