@@ -10,7 +10,8 @@
 
 Hooks are installed once per `enable()` and removed by `disable()`. They act only for the thread that
 called `enable()` (MindSpore's dispatch-mode stack is per thread, so ops from other threads are not
-seen either); on other threads they call straight through.
+seen either); on other threads they call straight through. What a hook asks of the recorder never raises into the
+script: a failure there is counted in `record_errors` (`_safe`), and the user's call goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ _MISSING = object()
 
 SYNC_METHODS = ("asnumpy", "item", "tolist", "__bool__", "__float__", "__int__", "__index__",
                 "__array__", "__repr__", "__str__", "data_ptr", "__getitem__")
+
+
+def _safe(rec, where: str, fn, *args) -> None:
+    """`fn(*args)`, a recorder call made by a hook: a failure of ms_dynvm's bookkeeping is counted
+    (the recorder starts a new block) and never reaches the script."""
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001
+        try:
+            rec.on_error(where, e)
+        except Exception:  # noqa: BLE001 - counting failed too: the script still goes on
+            pass
 
 
 class Hooks:
@@ -56,7 +69,7 @@ class Hooks:
             def make(orig, reason=name):
                 def sync_hook(self, *a, **k):
                     if threading.get_ident() == me:
-                        rec.sync(reason)
+                        _safe(rec, reason, rec.sync, reason)
                     return orig(self, *a, **k)
                 return sync_hook
             self._patch(Tensor, name, make)
@@ -64,9 +77,9 @@ class Hooks:
         def make_setitem(orig):
             def setitem_hook(self, key, value):
                 if threading.get_ident() == me:
-                    rec.sync("__setitem__")
+                    _safe(rec, "__setitem__", rec.sync, "__setitem__")
                     out = orig(self, key, value)
-                    rec.forget(self)
+                    _safe(rec, "__setitem__", rec.forget, self)
                     return out
                 return orig(self, key, value)
             return setitem_hook
@@ -77,11 +90,11 @@ class Hooks:
                 if threading.get_ident() != me:
                     return orig(*a, **k)
                 prev = rec.phase
-                rec.set_phase("bwd")
+                _safe(rec, "grad", rec.set_phase, "bwd")
                 try:
                     return orig(*a, **k)
                 finally:
-                    rec.set_phase(prev)
+                    _safe(rec, "grad", rec.set_phase, prev)
             return grad_hook
         self._patch(_PyNativeExecutor, "grad", make_grad)
 
@@ -98,14 +111,14 @@ class Hooks:
                         finally:
                             hooks._cell_depth -= threading.get_ident() == me
                     outer = rec.region
-                    tag_parameters(cell)
-                    rec.enter_region(type(cell).__name__)
+                    _safe(rec, "Cell", tag_parameters, cell)
+                    _safe(rec, "Cell", rec.enter_region, type(cell).__name__)
                     hooks._cell_depth += 1
                     try:
                         return orig(cell, *a, **k)
                     finally:
                         hooks._cell_depth -= 1
-                        rec.exit_region()
+                        _safe(rec, "Cell", rec.exit_region)
                         rec.region = outer
                 return cell_call_hook
             self._patch(nn.Cell, "__call__", make_call)

@@ -830,11 +830,17 @@ class Tier1:
 
     def block_closed(self, reason: str) -> None:
         """The recorder is closing its block (`Recorder.on_close`). A Cell boundary is not a sync
-        point: the run may go on in the next block (see `_extend_run`); any other end ends it."""
-        if reason == "cell" and self.run is not None:
-            self.run.across = True
-        else:
-            self.end_run()
+        point: the run may go on in the next block (see `_extend_run`); any other end ends it.
+        Called from the sync-point and Cell hooks, outside the dispatch handler's guard: a failure
+        here drops the run and is counted, never raised into the script."""
+        try:
+            if reason == "cell" and self.run is not None:
+                self.run.across = True
+            else:
+                self.end_run()
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
+            self.run = None
+            METRICS.fallbacks[f"tier1: error ({type(e).__name__})"] += 1
 
     def end_run(self) -> None:
         run, self.run = self.run, None

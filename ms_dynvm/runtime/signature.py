@@ -164,7 +164,10 @@ class ShapeFamily:
         give each distinct value its own symbol (the family only ever gets more general)."""
         groups: dict[str, dict[int, list]] = {}
         for key, sym in self.dynamic.items():
-            n = inputs[key[0]].shape[key[1]] if key[0] < len(inputs) else None
+            # The same group may be called with another rank at a position (its ops broadcast):
+            # a dim this call does not have binds nothing.
+            i, a = key
+            n = inputs[i].shape[a] if i < len(inputs) and a < len(inputs[i].shape) else None
             if n is not None and n >= 2:
                 groups.setdefault(sym, {}).setdefault(n, []).append(key)
         for sym, by_value in groups.items():

@@ -150,6 +150,35 @@ def test_recorder_failure_never_breaks_the_script(monkeypatch):
     assert ms_dynvm.stats()["record_errors"] == {"Exp: RuntimeError": 1}
 
 
+def test_a_failure_at_a_sync_point_or_cell_boundary_never_breaks_the_script(monkeypatch):
+    """The sync-point, grad and Cell hooks call the recorder (and through it tier 1) outside the
+    dispatch handler: a failure there is counted, and the user's call goes on."""
+    from mindspore import nn
+
+    from ms_dynvm.frontend.tier1 import Tier1
+
+    def boom(self, *a):
+        raise IndexError("injected")
+
+    x = ms.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    net = nn.Dense(3, 2)
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(jit=True)
+    try:
+        monkeypatch.setattr(Tier1, "end_run", boom)
+        y = ops.exp(x) * 2.0
+        assert np.allclose(y.asnumpy(), np.exp(x.asnumpy()) * 2.0)
+        monkeypatch.setattr(dispatch._S.recorder.__class__, "sync", boom)
+        monkeypatch.setattr(dispatch._S.recorder.__class__, "enter_region", boom)
+        z = net(ops.relu(x))
+        assert z.asnumpy().shape == (2, 2) and float(y[0, 0]) == 2.0
+        st = ms_dynvm.stats()
+    finally:
+        ms_dynvm.disable()
+    assert st["fallbacks"].get("tier1: error (IndexError)", 0) >= 1, st["fallbacks"]
+    assert any(k.endswith("IndexError") for k in st["record_errors"]), st["record_errors"]
+
+
 def test_record_does_not_nest_and_reports_opaque():
     with ms_dynvm.record():
         with pytest.raises(RuntimeError, match="do not nest"):

@@ -78,3 +78,18 @@ def test_every_call_passes_its_own_signature_guards(shapes):
         assert not isinstance(env, GuardFailure), (sig, inputs, env)
         for sym, val in env.items():
             assert val >= 2 and sym in sig.symbols()
+
+
+def test_a_position_seen_with_another_rank():
+    """A group whose ops broadcast may get another rank at an input position: the family neither
+    fails nor binds a dim the call does not have; the signature has the call's rank."""
+    fam = ShapeFamily()
+    fam.observe([InputDesc("f32", (4, 8), "contiguous")])
+    fam.observe([InputDesc("f32", (6, 8), "contiguous")])
+    fam.observe([InputDesc("f32", (6, 5), "contiguous")])
+    assert set(fam.dynamic) == {(0, 0), (0, 1)}
+    sig = fam.observe([InputDesc("f32", (7,), "contiguous")])
+    assert len(sig.inputs[0][2]) == 1
+    sig = fam.observe([InputDesc("f32", (), "contiguous")])
+    assert sig.inputs[0][2] == ()
+    assert check(sig.guards(), [InputDesc("f32", (), "contiguous")]) == {}
