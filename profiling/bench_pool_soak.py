@@ -1,17 +1,33 @@
 """Memory-pool soak: a LayerNorm+GELU residual FFN training loop with seq_len random in 32..256.
 
-Runs `--steps` training steps (value_and_grad + SGD) under
+Warm-up, then `--steps` measured training steps (value_and_grad + SGD, seq_len random, seed 0) under
 `ms_dynvm.enable(compile_policy="threshold", pool_results=True)`
-so that tier 1 fuses the elementwise/norm runs and takes their results from the pool, and reports after
-a warm-up of `--warmup` steps:
+so that tier 1 fuses the elementwise/norm runs and takes their results from the pool. The warm-up
+(`--warmup shapes`, the default) runs every seq_len in 32..256 once (225 steps, a fixed shuffled
+order; `--sweep ascending` for increasing order): for a dynamic-shape workload, "warm" means every
+shape has been seen, since MindSpore keeps state per shape (its in-use heap grows by ~50 MiB while new
+seq_lens keep appearing, with or without ms_dynvm). `--warmup N` is the older definition: the first N
+of the random steps (then only `--steps` - N are measured). Reported:
 - pool peak reserved / peak live bytes (target <= 1.15; live = capacities of the blocks in use), and
   the same against the bytes actually requested;
 - pool reuse rate over the post-warm-up allocations (target >= 99%);
-- process RSS growth from the end of warm-up to the end (target <= 5%), with the pool's own reserved
-  bytes and glibc's heap (in use / free but kept, from mallinfo2) over the same steps, and two
-  control runs of the same loop in fresh processes (same seed, so the same shapes): tier 1 with fresh
-  NumPy results (`pool_results=False`) and plain MindSpore without ms_dynvm. What grows in the
-  controls too is not the pool's.
+- the pool's heap trimming (`Pool.heap_trim_mb`: glibc malloc_trim at safe points once the RSS grew;
+  `--heap-trim-mb` sets it for the pool run): calls, their time, the RSS they released;
+- process RSS growth after warm-up (target <= 5%): between the RSS peaks over the first and the last
+  200 measured steps (read after every step: where the heap is trimmed the RSS moves up and down by
+  tens of MiB between trims, and a single reading can fall anywhere in that band), then between single
+  readings at the end of warm-up and at the end; also from 200 random steps later (where the older
+  warm-up ended) and over the second half. Where the pool trims the heap (the pool run, with
+  heap_trim_mb set, and the --trim-control run) the warm-up ends with one `trim_heap()`, so growth is
+  measured from a trimmed heap (the lowest start) rather than from wherever the automatic trims,
+  which wait while the RSS grows, have got to. With the pool's own reserved bytes, glibc's heap (in
+  use / free but kept / mmapped chunks, from mallinfo2), anonymous and file-backed RSS, and per
+  measured step the wall time, CPU time of all threads and minor page faults (what re-touching
+  trimmed memory costs). Two control runs of the same loop in fresh processes (same seeds, so the
+  same shapes): tier 1 with fresh NumPy results (`pool_results=False`, so no pool safe points and no
+  heap trimming) and plain MindSpore without ms_dynvm; with --trim-control a third, plain MindSpore
+  with the pool's heap trimming at one safe point per step. What grows in the controls too is not
+  the pool's.
 - median cost per buffer on the run's buffer sizes (B*S*d and B*S*hidden floats, S in 32, 100, 256),
   each sample timed on its own, the kinds interleaved: pool allocate+release+safe_point (target <= 2
   us), `Pool.array` + drop + safe_point (what tier 1 does per kernel result; target <= ~1.5 us), and a
@@ -19,13 +35,15 @@ a warm-up of `--warmup` steps:
   8 results). Measured in this process twice: before the run (MindSpore imported, a new pool) and
   after it (the run's pool).
 
-    python profiling/bench_pool_soak.py [--steps 2000] [--warmup 200] [--no-control]
+    python profiling/bench_pool_soak.py [--steps 2000] [--warmup shapes|N] [--sweep shuffled|ascending]
+                                        [--heap-trim-mb default|off|MB] [--no-control] [--trim-control]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -43,8 +61,19 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def heap() -> tuple[int, int] | None:
-    """glibc's heap (bytes in use, bytes free but kept), from mallinfo2; None where unavailable."""
+def rss_parts() -> tuple[int, int]:
+    """(anonymous, file-backed) resident bytes, from /proc/self/status."""
+    parts = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                parts[line.split(":")[0]] = int(line.split()[1]) << 10
+    return parts.get("RssAnon", 0), parts.get("RssFile", 0)
+
+
+def heap() -> tuple[int, int, int] | None:
+    """glibc's heap (bytes in use in the arenas, bytes free but kept in them, bytes in mmapped chunks),
+    from mallinfo2; None where unavailable."""
     try:
         import ctypes
 
@@ -56,14 +85,24 @@ def heap() -> tuple[int, int] | None:
         fn = ctypes.CDLL("libc.so.6").mallinfo2
         fn.restype = MallInfo2
         m = fn()
-        return m.uordblks, m.fordblks
+        return m.uordblks, m.fordblks, m.hblkhd
     except (OSError, AttributeError):
         return None
 
 
-def soak(mode: str, steps: int, warmup: int, batch: int) -> dict:
-    """The training loop; mode "pool" (pooled tier-1 results), "fresh" (tier 1, fresh arrays) or
-    "eager" (no ms_dynvm). Returns RSS and pool readings."""
+SWEEP = list(range(32, 257))  # every seq_len of the random steps
+OLD_WARMUP = 200  # the warm-up of earlier runs: the first 200 random steps
+WINDOW = 200  # steps: RSS peaks over the first and the last of these (not tied to one reading)
+
+
+def soak(mode: str, steps: int, warmup: int | None, batch: int, heap_trim_mb: str = "default",
+         sweep: str = "shuffled") -> dict:
+    """The training loop; mode "pool" (pooled tier-1 results), "fresh" (tier 1, fresh arrays),
+    "eager" (no ms_dynvm) or "eager-trim" (no ms_dynvm; the default pool's heap trimming with one
+    safe point per step, nothing else of the pool). `warmup` None: every seq_len in 32..256 once (in
+    the `sweep` order), then `steps` random steps, all measured; an int: the first `warmup` of the
+    `steps` random steps. The random steps are the same either way (seed 0). Returns RSS and pool
+    readings."""
     import mindspore as ms
     from mindspore import nn, ops
 
@@ -87,39 +126,100 @@ def soak(mode: str, steps: int, warmup: int, batch: int) -> dict:
     grad_fn = ms.value_and_grad(lambda x: (net(x) ** 2).mean(), None, opt.parameters)
     rng = np.random.default_rng(0)
     pool = default_pool()
-    if mode != "eager":
+    if heap_trim_mb != "default":
+        pool.heap_trim_mb = None if heap_trim_mb == "off" else float(heap_trim_mb)
+    if not mode.startswith("eager"):
         ms_dynvm.enable(compile_policy="threshold", pool_results=mode == "pool")
-    out: dict = {}
-    t0 = time.perf_counter()
-    for step in range(steps):
-        s = int(rng.integers(32, 257))
-        x = ms.Tensor(rng.standard_normal((batch, s, D)).astype(np.float32))
+    per_step = pool.safe_point if mode == "eager-trim" else (lambda: None)
+
+    def step(s: int, gen) -> None:
+        x = ms.Tensor(gen.standard_normal((batch, s, D)).astype(np.float32))
         loss, grads = grad_fn(x)
         opt(grads)
         float(loss)
-        if step + 1 == warmup:
-            out["rss_warm"], out["heap_warm"] = rss_bytes(), heap()
-            out["pool_warm"] = pool.stats()
-        if step + 1 == (steps + warmup) // 2:
+        per_step()
+
+    def mark(key: str) -> None:
+        out["rss_" + key], out["heap_" + key], out["pool_" + key] = rss_bytes(), heap(), pool.stats()
+        out["parts_" + key] = rss_parts()
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        out["minflt_" + key], out["cpu_" + key] = ru.ru_minflt, (ru.ru_utime, ru.ru_stime)
+        out["t_" + key] = time.perf_counter()
+
+    def end_warmup() -> None:
+        # Where the pool trims the heap, the warm-up ends with one trim_heap() (what a program can do
+        # once it is warm): the growth is then measured from a trimmed heap, not from wherever the
+        # automatic trims, which wait while the RSS grows, happen to be.
+        if mode in ("pool", "eager-trim") and pool.heap_trim_mb is not None:
+            out["rss_pretrim"] = rss_bytes()
+            pool.trim_heap()
+        mark("warm")
+
+    out: dict = {"rss_start": rss_bytes()}
+    t0 = time.perf_counter()
+    if warmup is None:
+        sweep_rng = np.random.default_rng(1)
+        for s in sweep_rng.permutation(SWEEP) if sweep == "shuffled" else SWEEP:
+            step(int(s), sweep_rng)
+        end_warmup()
+    old = warmup if warmup is not None else OLD_WARMUP
+    trace = out["rss_trace"] = []  # RSS after every measured step
+    for i in range(steps):
+        step(int(rng.integers(32, 257)), rng)
+        if warmup is None or i >= warmup:
+            trace.append(rss_bytes())
+        if i + 1 == old and warmup is not None:
+            end_warmup()
+        elif i + 1 == old:
+            mark("old")
+        if i + 1 == (steps + (warmup or 0)) // 2:
             out["rss_mid"] = rss_bytes()
-    out["elapsed"] = time.perf_counter() - t0
-    out["pool_end"] = pool.stats()
-    if mode != "eager":
+    mark("end")
+    out["elapsed"] = out["t_end"] - t0
+    out["measured_s"] = out["t_end"] - out["t_warm"]
+    out["measured_steps"] = steps - (warmup or 0)
+    if not mode.startswith("eager"):
         out["dynvm"] = ms_dynvm.stats()
         ms_dynvm.disable()
-    out["rss_end"], out["heap_end"] = rss_bytes(), heap()
     return out
 
 
-def rss_line(label: str, r: dict, pool_note: str = "") -> str:
-    w, m, e = r["rss_warm"], r["rss_mid"], r["rss_end"]
-    line = (f"{label}: RSS after warm-up {w / 2**20:.1f} MiB, at the end {e / 2**20:.1f} MiB: growth "
-            f"{100 * (e - w) / w:.2f}% (second half of the post-warm-up steps: "
-            f"{100 * (e - m) / m:.2f}%){pool_note}")
+def growth(r: dict, frm: str, to: str = "end") -> float:
+    return 100 * (r["rss_" + to] - r["rss_" + frm]) / r["rss_" + frm]
+
+
+def rss_line(label: str, r: dict, pool_note: str = "", target: str = "") -> str:
+    """RSS growth after warm-up: first between the peaks over the first and the last WINDOW measured
+    steps (where the heap is trimmed the RSS moves up and down by tens of MiB between two trims, and a
+    single reading can fall anywhere in that band), then between single readings: at the end of the
+    warm-up and at the end, also from OLD_WARMUP random steps later and over the second half."""
+    w, e = r["rss_warm"], r["rss_end"]
+    tr, k = r["rss_trace"], min(WINDOW, len(r["rss_trace"]) // 2)
+    first, last = max(tr[:k]), max(tr[-k:])
+    also = [f"second half of the measured steps: {growth(r, 'mid'):+.2f}%"]
+    if "rss_old" in r:
+        also.insert(0, f"from {OLD_WARMUP} random steps later, the old warm-up's length: "
+                       f"{growth(r, 'old'):+.2f}%")
+    pre = (f" ({r['rss_pretrim'] / 2**20:.1f} MiB before the trim_heap() that ends it)"
+           if "rss_pretrim" in r else "")
+    line = (f"{label}: RSS growth after warm-up, peak over the first {k} measured steps "
+            f"{first / 2**20:.1f} MiB, over the last {k} {last / 2**20:.1f} MiB: "
+            f"{100 * (last - first) / first:+.2f}%{target}; single readings: after warm-up "
+            f"{w / 2**20:.1f} MiB{pre}, at the end {e / 2**20:.1f} MiB: {growth(r, 'warm'):+.2f}% "
+            f"({'; '.join(also)}){pool_note}")
     if r["heap_warm"] and r["heap_end"]:
-        (uw, fw), (ue, fe) = r["heap_warm"], r["heap_end"]
+        (uw, fw, mw), (ue, fe, me) = r["heap_warm"], r["heap_end"]
         line += (f"; glibc heap in use {uw / 2**20:.1f} -> {ue / 2**20:.1f} MiB, free but kept "
-                 f"{fw / 2**20:.1f} -> {fe / 2**20:.1f} MiB")
+                 f"{fw / 2**20:.1f} -> {fe / 2**20:.1f} MiB, mmapped chunks {mw / 2**20:.1f} -> "
+                 f"{me / 2**20:.1f} MiB")
+    (aw, fw), (ae, fe) = r["parts_warm"], r["parts_end"]
+    line += (f"; RSS anonymous {aw / 2**20:.1f} -> {ae / 2**20:.1f} MiB, file-backed {fw / 2**20:.1f} -> "
+             f"{fe / 2**20:.1f} MiB")
+    n = r["measured_steps"]
+    (uw, sw), (ue, se) = r["cpu_warm"], r["cpu_end"]
+    line += (f"; per measured step {1e3 * r['measured_s'] / n:.2f} ms, CPU (all threads) user "
+             f"{1e3 * (ue - uw) / n:.2f} + system {1e3 * (se - sw) / n:.2f} ms, "
+             f"{(r['minflt_end'] - r['minflt_warm']) / n:.0f} minor page faults")
     return line
 
 
@@ -189,18 +289,35 @@ def micro(pool, batch: int, label: str, n: int = 2000) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--warmup", default="shapes",
+                    help='"shapes" (default): every seq_len 32..256 once before the --steps measured '
+                         'random steps; N: the first N of the random steps (the old definition)')
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--sweep", choices=("shuffled", "ascending"), default="shuffled",
+                    help="order of the warm-up's seq_lens (--warmup shapes)")
+    ap.add_argument("--heap-trim-mb", default="default",
+                    help='the pool\'s heap_trim_mb for the pool run: a number, "off", or "default" (the '
+                         "default pool's own setting)")
     ap.add_argument("--no-control", action="store_true", help="skip the two control runs")
-    ap.add_argument("--mode", choices=("pool", "fresh", "eager"), default="pool",
+    ap.add_argument("--trim-control", action="store_true",
+                    help="a third control: plain MindSpore with the pool's heap trimming at one safe "
+                         "point per step")
+    ap.add_argument("--mode", choices=("pool", "fresh", "eager", "eager-trim"), default="pool",
                     help=argparse.SUPPRESS)  # a control run: print its RSS line only
     args = ap.parse_args()
+    warmup = None if args.warmup == "shapes" else int(args.warmup)
 
     if args.mode != "pool":
-        r = soak(args.mode, args.steps, args.warmup, args.batch)
+        r = soak(args.mode, args.steps, warmup, args.batch, sweep=args.sweep)
         label = {"fresh": "control, tier 1 with fresh arrays (pool_results=False)",
-                 "eager": "control, plain MindSpore (no ms_dynvm)"}[args.mode]
-        print(rss_line(label, r) + f"; {r['elapsed']:.1f} s")
+                 "eager": "control, plain MindSpore (no ms_dynvm)",
+                 "eager-trim": "control, plain MindSpore, heap trimming at a safe point per step"}[args.mode]
+        note = ""
+        if args.mode == "eager-trim":
+            e, w = r["pool_end"], r["pool_warm"]
+            note = (f"; {e['heap_trims'] - w['heap_trims']} malloc_trim calls after warm-up, "
+                    f"{(e['heap_trim_ns'] - w['heap_trim_ns']) / 1e6:.1f} ms")
+        print(rss_line(label, r, note) + f"; {r['elapsed']:.1f} s in all")
         return 0
 
     import mindspore  # noqa: F401 - the same process state for the first measurement
@@ -208,13 +325,16 @@ def main() -> int:
     from ms_dynvm.runtime.memory_pool import Pool, default_pool
 
     micro(Pool(), args.batch, "per buffer before the run, a new pool")
-    r = soak("pool", args.steps, args.warmup, args.batch)
+    r = soak("pool", args.steps, warmup, args.batch, args.heap_trim_mb, args.sweep)
     end, warm, st = r["pool_end"], r["pool_warm"], r["dynvm"]
     post_allocs = end["allocs"] - warm["allocs"]
     post_reused = end["reused"] - warm["reused"]
     ratio = end["peak_reserved_bytes"] / max(end["peak_live_bytes"], 1)
     ratio_req = end["peak_reserved_bytes"] / max(end["peak_requested_bytes"], 1)
-    print(f"{args.steps} steps (batch {args.batch}, seq_len 32..256, d {D}, hidden {HIDDEN}) in "
+    wu = (f"warm-up: every seq_len 32..256 once ({len(SWEEP)} steps), then {args.steps} measured random "
+          f"steps" if warmup is None else
+          f"{args.steps} random steps, warm-up: the first {warmup}")
+    print(f"{wu} (batch {args.batch}, seq_len 32..256, d {D}, hidden {HIDDEN}) in "
           f"{r['elapsed']:.1f} s; fused ops {100 * st['fusion_rate']:.1f}%, groups compiled "
           f"{st['groups_compiled']}, compiles {st['compiles']}")
     print(f"pool: allocs {end['allocs']} ({post_allocs} after warm-up), exact {end['exact_allocs']}, "
@@ -225,15 +345,21 @@ def main() -> int:
           f"{end['peak_live_bytes'] / 2**20:.2f} MiB = {ratio:.3f}   (target <= 1.15); against peak "
           f"requested {end['peak_requested_bytes'] / 2**20:.2f} MiB: {ratio_req:.3f}")
     print(f"reuse rate after warm-up {100 * post_reused / max(post_allocs, 1):.2f}%   (target >= 99%)")
+    trims = end["heap_trims"] - warm["heap_trims"]
+    print(f"heap trimming (heap_trim_mb {default_pool().heap_trim_mb}): after warm-up {trims} "
+          f"malloc_trim calls, {(end['heap_trim_ns'] - warm['heap_trim_ns']) / 1e6:.1f} ms in all, "
+          f"RSS released {(end['heap_released_bytes'] - warm['heap_released_bytes']) / 2**20:.1f} MiB; "
+          f"{end['heap_checks'] - warm['heap_checks']} RSS readings; {end['heap_trims']} calls in the "
+          f"whole run")
     pool_note = (f"; pool reserved {warm['reserved_bytes'] / 2**20:.2f} -> "
                  f"{end['reserved_bytes'] / 2**20:.2f} MiB over the same steps")
-    print(rss_line("pool run", r, pool_note) + "   (target <= 5%)")
+    print(rss_line("pool run", r, pool_note, "   (target <= 5%)"))
     micro(default_pool(), args.batch, "per buffer after the run, its pool")
     if not args.no_control:
-        for mode in ("fresh", "eager"):
+        for mode in ("fresh", "eager") + (("eager-trim",) if args.trim_control else ()):
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--mode", mode,
                                    "--steps", str(args.steps), "--warmup", str(args.warmup),
-                                   "--batch", str(args.batch)],
+                                   "--sweep", args.sweep, "--batch", str(args.batch)],
                                   capture_output=True, text=True, check=True)
             print(proc.stdout.strip().splitlines()[-1])
     return 0

@@ -15,6 +15,7 @@ TypeError (a typo should not be silently ignored).
 | kernel_threads | DYNVM_KERNEL_THREADS | 0 | OpenMP threads of fused kernels; 0 = automatic (1 on <= 2 cores, where MindSpore's worker threads occupy the cores) |
 | pool_results | DYNVM_POOL_RESULTS | True | kernel results from the memory pool (off: a fresh NumPy array per result) |
 | pool_soft_cap_mb | DYNVM_POOL_SOFT_CAP_MB | 256 | memory pool for kernel results: free blocks above this many MiB reserved are returned at safe points |
+| pool_heap_trim_mb | DYNVM_POOL_HEAP_TRIM_MB | 8 | memory pool: at a safe point, once the process RSS has grown by more than this many MiB since the last trim, call glibc `malloc_trim(0)` (at most once a second; skipped where unavailable); 0: never |
 | strict_ieee | DYNVM_STRICT_IEEE | False | kernels use scalar libm, no contraction, fixed reduction order: bitwise run-to-run reproducible |
 | fast_math | DYNVM_FAST_MATH | False | kernels may use looser approximations |
 | debug | DYNVM_DEBUG | 0 | 1: verify recorded programs; 2: print each closed block's bytecode; 3: also its IR |
@@ -47,6 +48,7 @@ class Options:
     kernel_threads: int = 0
     pool_results: bool = True
     pool_soft_cap_mb: int = 256
+    pool_heap_trim_mb: int = 8  # memory_pool.HEAP_TRIM_MB
     strict_ieee: bool = False
     fast_math: bool = False
     debug: int = 0
@@ -79,4 +81,6 @@ class Options:
             raise ValueError("compile_threshold must be >= 1")
         if opts.max_block_ops < 1:
             raise ValueError("max_block_ops must be >= 1")
+        if opts.pool_heap_trim_mb < 0:
+            raise ValueError("pool_heap_trim_mb must be >= 0 (0: no heap trimming)")
         return opts

@@ -967,13 +967,15 @@ def _pool_for(opts):
     (`ms_dynvm.runtime.memory_pool`), bounded by a soft cap: a block goes back when no tensor or
     array over it is left, and is reused after the next launch (a safe point). Per call it costs
     about what fresh arrays cost (`profiling/breakdown_tier1.py` runs both side by side), and the
-    memory it holds stays bounded (`profiling/bench_pool_soak.py`)."""
+    memory it holds stays bounded (`profiling/bench_pool_soak.py`), as does the C heap around it
+    (`pool_heap_trim_mb`)."""
     if not opts.pool_results:
         return _FreshArrays
     from ms_dynvm.runtime.memory_pool import default_pool
 
     pool = default_pool()
     pool.soft_cap = opts.pool_soft_cap_mb << 20
+    pool.heap_trim_mb = opts.pool_heap_trim_mb or None  # malloc_trim at safe points (see the pool)
     return pool
 
 

@@ -1,5 +1,5 @@
 """Memory pool: a hypothesis state machine over allocate / retain / release / array create, view and
-drop / safe point checks that no block is handed out while a holder (explicit count, array, view,
+drop / safe point / pool trim / C heap trim (malloc_trim) checks that no block is handed out while a holder (explicit count, array, view,
 memoryview) still refers to it, that nothing is reused before a safe point, that arrays keep their
 contents, and that the stats add up; then size classes, best fit and the reserve target, caps,
 arrays that outlive many pool cycles (with MindSpore tensors over them too), threads, and the
@@ -34,7 +34,7 @@ MiB = 1 << 20
 SIZES = st.one_of(st.sampled_from([0, 100, 640, 1000, 4096, 9000, 30000]), st.integers(0, 40000))
 MONOTONE = ("peak_live_bytes", "peak_requested_bytes", "peak_reserved_bytes", "allocs", "reused",
             "reused_larger", "fresh_allocs", "exact_allocs", "fallback_allocs", "trimmed_bytes",
-            "safe_points")
+            "safe_points", "heap_checks", "heap_trims", "heap_trim_ns", "heap_released_bytes")
 # How a test keeps an array alive: the array, a view of it, a view of a view, a memoryview, or the
 # array inside a container. Each must keep the block out of the free lists.
 HOLDS = ("array", "slice", "view_of_view", "memoryview", "container")
@@ -84,8 +84,9 @@ class PoolMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        # Caps small enough that best fit, trimming, the reserve target and fallback all happen.
-        self.pool = Pool(soft_cap=96 * 1024, hard_cap=160 * 1024)
+        # Caps small enough that best fit, trimming, the reserve target and fallback all happen; heap
+        # trimming (glibc malloc_trim, where available) at any RSS growth.
+        self.pool = Pool(soft_cap=96 * 1024, hard_cap=160 * 1024, heap_trim_mb=0)
         self.count: dict[int, int] = {}  # id(buf) -> explicit count we hold
         self.arrays: dict[int, int] = {}  # id(buf) -> array holders we keep
         self.objs: dict[int, Buffer] = {}  # strong references: ids stay unique
@@ -196,6 +197,11 @@ class PoolMachine(RuleBasedStateMachine):
     def trim(self, fraction):
         s = self.pool.stats()
         self.pool.trim(int(fraction * s["reserved_bytes"]))  # free blocks only
+
+    @rule()
+    def trim_heap(self):
+        # glibc gives free heap pages back to the OS: live blocks and arrays must not notice.
+        self.pool.trim_heap()
 
     @rule()
     def collect_old(self):
