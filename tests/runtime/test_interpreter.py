@@ -930,13 +930,13 @@ def _outs(r) -> tuple:
 _TOL = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-7}
 
 
-def assert_same(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
+def assert_same(ours: np.ndarray, theirs: np.ndarray, what: str, extra_atol: float = 0.0) -> None:
     assert ours.dtype == theirs.dtype, f"{what}: dtype {ours.dtype} vs MindSpore {theirs.dtype}"
     assert ours.shape == theirs.shape, f"{what}: shape {ours.shape} vs MindSpore {theirs.shape}"
     if ours.dtype.kind == "f":
         tol = _TOL[ours.dtype]
-        np.testing.assert_allclose(ours.astype(np.float64), theirs.astype(np.float64), rtol=tol, atol=tol,
-                                   equal_nan=True, err_msg=what)
+        np.testing.assert_allclose(ours.astype(np.float64), theirs.astype(np.float64), rtol=tol,
+                                   atol=tol + extra_atol, equal_nan=True, err_msg=what)
     else:
         np.testing.assert_array_equal(ours, theirs, err_msg=what)
 
@@ -989,8 +989,26 @@ def test_matches_mindspore(op, data, mst):
     ours = _outs(IMPLS[op](args, full))
     theirs = _outs(SPECS[op].ms(mst, [_to_ms(mst, a) for a in args], full))
     assert len(ours) == len(theirs)
+    extra = _conditioning_tol(op, args, full)
     for i, (o, t) in enumerate(zip(ours, theirs)):
-        assert_same(o, t.asnumpy(), f"{op} result {i} on {[_type_of(a) for a in args]} {full}")
+        assert_same(o, t.asnumpy(), f"{op} result {i} on {[_type_of(a) for a in args]} {full}", extra)
+
+
+def _conditioning_tol(op: str, args, attrs) -> float:
+    """Extra absolute tolerance where MindSpore's float32 arithmetic is ill-conditioned and the
+    interpreter (float64 inside) is the exact side: layer_norm's `(x - mean) / sqrt(var + eps)`
+    cancels when the values are large against their spread (hypothesis found rows such as two
+    values 1e-3 apart), so float32 rounding of x and of the mean, about 2^-24 |x| each, is amplified
+    by 1 / sqrt(var + eps) and scaled by gamma."""
+    if op != "layer_norm":
+        return 0.0
+    x, gamma = (np.asarray(a, np.float64) for a in args[:2])
+    if not x.size:
+        return 0.0
+    axes = tuple(range(attrs["begin_norm_axis"] % x.ndim, x.ndim))
+    var = x.var(axis=axes)
+    amp = np.max(np.abs(x)) / np.sqrt(np.min(var) + attrs["eps"])
+    return 8 * 2.0 ** -24 * amp * (np.max(np.abs(gamma)) if gamma.size else 1.0)
 
 
 def test_mindspore_layer_norm_third_output_is_biased_variance(mst):
