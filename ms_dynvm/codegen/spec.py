@@ -709,8 +709,11 @@ class _Lower:
         if ins.op == "softmax":
             e = self.op("f32", "exp", d)
             r = self.op("f32", "div_plain", e, self._mat_value(f"sum{out}", sidx))
+            if _mindspore_softmax_rule(xt, axis):
+                r = self.op("f32", "softmax_fix", r, x, m)
         else:
             r = self.op("f32", "sub", d, self._mat_value(f"logsum{out}", sidx))
+            r = self.op("f32", "log_softmax_fix", r, x, m)
         return self.rounded(r, self.types[out].dtype)
 
     def _layer_norm_value(self, ins, idx: tuple) -> str:
@@ -922,6 +925,8 @@ class _Lower:
             idx = tuple(idx)
             e = self.load(out_bufs[0], idx)
             r = self.op("f32", "div_plain", e, self._mat_value(f"sum{out}", natural))
+            if _mindspore_softmax_rule(xt, axis):
+                r = self.op("f32", "softmax_fix", r, x_eval_f32(idx), self._mat_value(f"max{out}", natural))
             for b in out_bufs:
                 self.code.append(Store(b.name, b.address(idx), r))
             # Materialised: later readers load it (in a later nest: the sentinel index never matches
@@ -1080,6 +1085,13 @@ def _smaller(a, b):
     if all(rb.count(n) <= ra.count(n) for n in rb):
         return False
     return None
+
+
+def _mindspore_softmax_rule(xt, axis: int) -> bool:
+    """MindSpore CPU's float32 softmax along the last axis treats rows holding NaN, +inf or only -inf
+    its own way (see `runtime.interpreter`'s softmax; log_softmax has its rule in every dtype and
+    along every axis); other dtypes and axes are IEEE."""
+    return xt.dtype == "f32" and axis == xt.rank - 1
 
 
 def _softmax_axis(axis, rank: int) -> int:

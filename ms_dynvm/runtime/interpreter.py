@@ -57,9 +57,14 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
   other p raises InterpreterError.
 
 Deliberate deviations from MindSpore CPU (kernel artefacts the VM does not copy):
-- softmax/log_softmax/logsumexp/softmax_cross_entropy on rows holding NaN or +-inf follow IEEE
-  (PyTorch) semantics: a row with +inf or all -inf gives NaN in softmax (MindSpore CPU returns 0s),
-  logsumexp of all -inf is -inf (MindSpore's composite gives NaN).
+- logsumexp/softmax_cross_entropy on rows holding NaN or +-inf follow IEEE (PyTorch) semantics:
+  logsumexp of all -inf is -inf (MindSpore's composite gives NaN). softmax and log_softmax follow
+  MindSpore CPU there (measured on 2.10): a row holding NaN or +inf gives, in log_softmax (any float
+  dtype and axis), NaN at those elements and -inf elsewhere; in float32 softmax along the last axis,
+  NaN at those elements and 0 elsewhere, and 0 for a row of only -inf; softmax in other dtypes and
+  along other axes follows IEEE (the whole row NaN), as MindSpore does. Not copied: MindSpore's
+  log_softmax along a non-last axis gives some such rows wholly NaN ([-inf, -inf, 5, nan]), and with
+  several such rows in one tensor its float32 softmax sometimes zeroes other rows as well.
 - softplus(NaN) is NaN (MindSpore: inf); mish is overflow-safe (MindSpore: NaN for x >= ~90 and for
   +-inf); relu6(NaN) is 0 (MindSpore: 0 or NaN depending on the position in its vector loop).
 - maximum/minimum propagate NaN (MindSpore does for equal shapes with more than one element, but may
@@ -726,12 +731,24 @@ def _softmax(op, args, attrs):
     if x.ndim == 0:
         xw = xw.reshape(1)
     axis = _softmax_axis(attrs["axis"], xw.ndim)
-    m = np.max(xw, axis=axis, keepdims=True, initial=-np.inf)
-    if op == "softmax":
-        e = np.exp(xw - m)
-        r = e / np.sum(e, axis=axis, keepdims=True)
-    else:
-        r = xw - m - np.log(np.sum(np.exp(xw - m), axis=axis, keepdims=True))
+    with np.errstate(invalid="ignore"):
+        m = np.max(xw, axis=axis, keepdims=True, initial=-np.inf)
+        if op == "softmax":
+            e = np.exp(xw - m)
+            r = e / np.sum(e, axis=axis, keepdims=True)
+        else:
+            r = xw - m - np.log(np.sum(np.exp(xw - m), axis=axis, keepdims=True))
+        # MindSpore CPU on rows holding NaN or +inf (m is then NaN or +inf): log_softmax gives NaN
+        # there and -inf elsewhere; float32 softmax along the last axis gives NaN there and 0
+        # elsewhere, and 0 on a row of only -inf. (Softmax in other dtypes and along other axes:
+        # IEEE, the whole row NaN.)
+        if op == "log_softmax" or (x.dtype == np.float32 and x.ndim >= 1 and axis == x.ndim - 1):
+            bad_row = ~(m < np.inf)
+            bad = np.isnan(xw) | (xw == np.inf)
+            fill = -np.inf if op == "log_softmax" else 0.0
+            r = np.where(bad_row, np.where(bad, np.nan, fill), r)
+            if op == "softmax":
+                r = np.where(m == -np.inf, 0.0, r)
     return r.reshape(x.shape).astype(out)
 
 

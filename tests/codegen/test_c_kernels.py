@@ -392,3 +392,33 @@ def test_compiler_error_carries_output():
 
     with pytest.raises(CodegenError, match="error"):
         gcc.compile_shared("int f( { }", gcc.flags())
+
+
+_NONFINITE_ROWS = np.array([[1, 2, 3, 4], [np.inf, 1, 2, 3], [1, np.nan, 2, 3], [np.inf, np.inf, 1, 0],
+                            [-np.inf, 1, 2, 3], [-np.inf] * 4, [np.nan, np.inf, -np.inf, 1],
+                            [-np.inf, -np.inf, 5, np.nan], [1e30, 1, 2, 3], [-1, -2, np.inf, -np.inf]],
+                           np.float32)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("with_consumer", [False, True])
+def test_softmax_rows_with_nan_and_inf_follow_the_reference(cache, op, axis, dtype, with_consumer):
+    """Rows holding NaN, +inf, -inf: the kernel gives exactly the reference's NaN positions and values
+    (MindSpore's rule: see the interpreter), through the in-place scaled output and through a later
+    op of the group reading the result."""
+    g = G()
+    x = g.param(dtype, (B, 4) if axis == -1 else (4, B))
+    y = g.op(op, x, axis=axis)
+    if with_consumer:
+        g.op("mul", y, 2.0)
+    fn = g.fn(outputs=[int(y)] + ([int(y) + 1] if with_consumer else []))
+    k = kernel(f"nonfinite_{op}_{axis}_{dtype}_{with_consumer}", fn, cache)
+    a = _NONFINITE_ROWS if axis == -1 else np.ascontiguousarray(_NONFINITE_ROWS.T)
+    if dtype == "f16":  # 1e30 is +inf in f16
+        a = np.where(np.abs(a) > 6e4, np.where(a > 0, np.inf, -np.inf), a).astype(np.float16)
+    out, ref = k([a]), reference(fn, [a])
+    for o, r in zip(out, ref):
+        np.testing.assert_array_equal(np.isnan(o), np.isnan(r))
+    assert_close(out, ref, dtype)
