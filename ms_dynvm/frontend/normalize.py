@@ -842,6 +842,19 @@ def _unstack_ext(a, prim):
     return _unstack_n(x, _int(dim))
 
 
+def _addn(a, prim):
+    """AddN((t0, t1, ...)): MindSpore adds left to right in the tensors' dtype (measured: bit-equal to
+    ((t0 + t1) + t2) + ...), so it lowers to that chain of adds. One tensor: opaque (rare)."""
+    (ts,) = a
+    ts = _tensors(ts)
+    if len(ts) < 2:
+        raise _Unsupported
+    instrs = [("add", (ts[0], ts[1]), {})]
+    for k, t in enumerate(ts[2:]):
+        instrs.append(("add", (Tmp(k), t), {}))
+    return Lowering(instrs, (Tmp(len(instrs) - 1),))
+
+
 @_reads_prim
 def _stack_legacy(a, prim):
     (ts,) = a
@@ -1394,6 +1407,7 @@ _reg("SplitWithSize SplitWithSizeView", _split_with_size)
 _reg("Chunk ChunkView", _chunk)
 _reg("Unstack", _unstack_legacy)
 _reg("UnstackExtView", _unstack_ext)
+_reg("AddN", _addn)
 _reg("Stack", _stack_legacy)
 _reg("StackExt", _stack_ext)
 _reg("Concat", _concat)

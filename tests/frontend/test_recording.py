@@ -64,3 +64,21 @@ def test_enabled_results_are_bit_identical_to_eager(name):
             assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
     assert st["ops_seen"] > 0 and not st["record_errors"], st["record_errors"]
     assert st["opaque_rate"] < 0.05, st["ops_opaque"]
+
+
+def test_addn_is_a_chain_of_adds_bit_equal_to_mindspore():
+    """AddN (gradient accumulation, clip_by_global_norm) is recorded, not opaque: left-to-right adds,
+    which the interpreter reproduces bit for bit (large values: the order shows in the last bits)."""
+    from mindspore import ops
+
+    rng = np.random.default_rng(0)
+    ts = [ms.Tensor((rng.standard_normal((3, 5)) * 10.0 ** rng.integers(-3, 6)).astype(np.float32))
+          for _ in range(6)]
+    ms_dynvm.reset_stats()
+    with ms_dynvm.record() as rec:
+        y = ops.addn(ts)
+    st = ms_dynvm.stats()
+    assert "AddN" not in st["ops_opaque"] and st["ops_by_name"].get("AddN") == 1, st
+    assert [i.op for b in rec.program.blocks for i in b.instrs] == ["add"] * 5
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    assert np.array_equal(got[rec.output_index(y)], y.asnumpy())
