@@ -119,6 +119,15 @@ def _tensors(args) -> list:
     return [a for a in args if isinstance(a, Tensor)]
 
 
+def _has_tensor_sequence(args) -> bool:
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
+        args = args[2]
+    for a in args:
+        if (type(a) is tuple or type(a) is list) and any(isinstance(e, Tensor) for e in a):
+            return True
+    return False
+
+
 _ATOMS = (int, float, bool, str, type(None))
 
 
@@ -743,8 +752,11 @@ class Tier1:
             out_tags = [o._get_user_data(_RKEY) for o in outs]
         last = self.recorder.last_op
         # In-place ops write their argument: serving a fresh result would lose the write.
+        # Tensors inside a sequence argument (AddN's list) are not bound or checked by the serving
+        # machinery (`_tensors` sees top-level tensors only): such an op ends the run.
         fusible = (last is not None and name not in _INPLACE
-                   and all(op in FUSIBLE for op in last[0].op_names(last[1], last[2])))
+                   and all(op in FUSIBLE for op in last[0].op_names(last[1], last[2]))
+                   and not _has_tensor_sequence(args))
         if not fusible:
             self.end_run()
         else:

@@ -527,3 +527,26 @@ def test_inputs_whose_symbols_disagree_are_not_served(tmp_path, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert served > 0, st
     assert st["guard_failures"].get("symbol_mismatch", 0) >= 1, st["guard_failures"]
+
+
+def test_an_op_with_tensors_in_a_list_ends_a_run(tmp_path, monkeypatch):
+    """AddN([a * 2, b, c]): its tensors sit in a list, which the serving machinery neither binds nor
+    checks, so the op is not fused (no failed compile of a group missing its inputs); the ops around
+    it still are, and results match eager."""
+    _gcc_cache(tmp_path, monkeypatch)
+
+    def f(a, b, c):
+        return ops.exp(ops.addn([ops.relu(a * 2.0), b, c]) - 1.0) * 0.5
+
+    rng = np.random.default_rng(9)
+    calls = [[ms.Tensor(rng.standard_normal((n, 6)).astype(np.float32)) for _ in range(3)] for n in (3, 5, 4, 7, 6)]
+    refs = [f(*c).asnumpy() for c in calls]
+    ms_dynvm.enable(compile_policy="threshold")
+    got = [f(*c).asnumpy() for c in calls]
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    for r, g in zip(refs, got):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    assert st["fused_ops"] > 0, st
+    assert not any("unsupported" in k or "error" in k for k in st["fallbacks"]), st["fallbacks"]
