@@ -203,6 +203,28 @@ def main() -> None:
     # Replay: the recorder alone, on one call's ops captured from a real run.
     replay = {}
     opts = Options.make(jit=False)
+
+    def replay_per_op(events, reps: int, empty_caches: bool) -> list:
+        """Recorder CPU time per op (us) of `reps` replays of `events` through fresh recorders, the
+        collector off; `empty_caches`: the plan and inference caches emptied before each."""
+        per_op = []
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(reps):
+                if empty_caches:
+                    for plans in rec_mod._PLANS.values():
+                        plans.clear()
+                    rec_mod._INFERRED.clear()
+                on_op = rec_mod.Recorder(opts).on_op
+                u0 = ttn()
+                for n, a, out in events:
+                    on_op(n, a, out)
+                per_op.append((ttn() - u0) / len(events) / 1e3)
+        finally:
+            gc.enable()
+        return per_op
+
     for name, (fn, inp) in cases.items():
         events = []
 
@@ -218,35 +240,8 @@ def main() -> None:
             ms_dynvm.disable()
             rec_mod.Recorder.on_op = orig_on_op
         time.sleep(0.01)  # let MindSpore's worker threads stop spinning
-        per_op = []
-        gc.collect()
-        gc.disable()
-        try:
-            for _ in range(max(args.reps, 5) * 20):
-                rec = rec_mod.Recorder(opts)
-                on_op = rec.on_op
-                u0 = ttn()
-                for n, a, out in events:
-                    on_op(n, a, out)
-                per_op.append((ttn() - u0) / len(events) / 1e3)
-        finally:
-            gc.enable()
-        per_op_new = []
-        gc.collect()
-        gc.disable()
-        try:
-            for _ in range(max(args.reps, 5) * 4):
-                for plans in rec_mod._PLANS.values():
-                    plans.clear()
-                rec_mod._INFERRED.clear()
-                rec = rec_mod.Recorder(opts)
-                on_op = rec.on_op
-                u0 = ttn()
-                for n, a, out in events:
-                    on_op(n, a, out)
-                per_op_new.append((ttn() - u0) / len(events) / 1e3)
-        finally:
-            gc.enable()
+        per_op = replay_per_op(events, max(args.reps, 5) * 20, empty_caches=False)
+        per_op_new = replay_per_op(events, max(args.reps, 5) * 4, empty_caches=True)
         replay[name] = (statistics.median(per_op), min(per_op), statistics.median(per_op_new))
         del events
     gc.callbacks.remove(meter)

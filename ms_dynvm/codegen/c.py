@@ -200,10 +200,9 @@ def c_op(op: Op, ct: str) -> str:
         r, xv, m = a
         return (f"({m} < INFINITY ? ({m} == -INFINITY ? 0.0f : {r}) "
                 f": ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : 0.0f))")
-    if fn == "log_softmax_fix":  # (r, x, max): MindSpore CPU's log_softmax on rows with NaN or +inf
+    if fn == "log_softmax_fix":  # (r, x, max), f32: MindSpore CPU's log_softmax on rows with NaN or +inf
         r, xv, m = a
-        inf = "INFINITY" if ct == "f32" else "((double)INFINITY)"
-        return f"({m} < {inf} ? {r} : ((({xv} != {xv}) | ({xv} == {inf})) ? ({T})NAN : ({T})-{inf}))"
+        return f"({m} < INFINITY ? {r} : ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : -INFINITY))"
     if fn == "fma":
         return f"({a[0]} * {a[1]} + {a[2]})"
     if fn in ("sqrt", "floor", "ceil", "trunc", "sin", "cos", "tan"):

@@ -806,22 +806,12 @@ class Recorder:
                         return
                 elif type(out) is Tensor:
                     op, fill, mask, attrs, rty, is_view, order, _ = plan
-                    if fresh is None:
-                        pass
-                    elif order is None:
-                        # In argument order, which is operand order. The same C++ tensor may come
-                        # twice: after the first input, read the tag again.
-                        again = False
-                        for pos, a, ty, tag in fresh:
-                            if again:
-                                tag = a._get_user_data(_KEY)
-                                if tag is not None and tag[0] == epoch:
-                                    pregs[pos] = tag[1]
-                                    continue
-                            pregs[pos] = self._input_tag(a, tag, ty)[1]
-                            again = True
-                    else:
-                        self._make_inputs(order, {f[0]: f for f in fresh}, pregs, False)
+                    if fresh is not None:
+                        # In argument order (which is operand order) unless the plan says otherwise.
+                        if order is not None:
+                            byarg = {f[0]: f for f in fresh}
+                            fresh = [byarg[k] for k in order if k in byarg]
+                        self._make_inputs(fresh, pregs, False)
                     block = self.block
                     if block is None:
                         block = self._open_block()
@@ -959,17 +949,15 @@ class Recorder:
             return
         self._record_lowering(name, args, out, low, pk)
 
-    def _make_inputs(self, order, byarg: dict, pregs: list, again: bool) -> bool:
-        """Plan hit: the tensor arguments at positions `order` that hold no register (`byarg`: their
-        `fresh` entries by position) become inputs (or links), in that order. `again`: an input was
-        made before in this op (the same C++ tensor may come twice: its tag is read again). Returns
-        the new `again`."""
+    def _make_inputs(self, fresh, pregs: list, again: bool) -> bool:
+        """Plan hit: the tensor arguments that held no register (`fresh` entries: position, tensor,
+        type, old tag) become inputs (or links), in that order, unless one already did. `again`: an
+        input was made before in this op (the same C++ tensor may come twice: its tag is read
+        again). Returns the new `again`."""
         epoch = self.epoch
-        for k in order:
-            f = byarg.get(k)
-            if f is None or pregs[k] >= 0:
+        for k, a, ty, tag in fresh:
+            if pregs[k] >= 0:
                 continue
-            _, a, ty, tag = f
             if again:
                 tag = a._get_user_data(_KEY)
                 if tag is not None and tag[0] == epoch:
@@ -1008,7 +996,7 @@ class Recorder:
             if byarg is not None and first:
                 # The arguments this instruction reads first become inputs now, as in
                 # _record_lowering (register numbers in the same order).
-                again = self._make_inputs(first, byarg, pregs, again)
+                again = self._make_inputs([byarg[k] for k in first if k in byarg], pregs, again)
             r = prog._n
             regs = []
             for kind, x, y in ospec:
@@ -1057,7 +1045,7 @@ class Recorder:
         `pk` (plans, key, the tensor arguments' source, their registers, `fresh`: see `on_op`) the
         lowering is cached as a plan for `_run_multi`."""
         instrs, louts = low
-        outs = out if type(out) is tuple or type(out) is list or isinstance(out, (tuple, list)) else (out,)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
         final = {}
         for k, tmp in enumerate(louts):
             final[(tmp.index, tmp.out)] = outs[k]
@@ -1096,11 +1084,6 @@ class Recorder:
                             if k not in seen:
                                 seen.add(k)
                                 first.append(k)
-                elif ta not in _IMMEDIATE and isinstance(a, _TMP):
-                    regs.append(results[a.index][a.out])
-                    mask |= 1 << j
-                    if pk is not None:
-                        ospec.append((1, a.index, a.out))
                 else:
                     regs.append(a)
                     if pk is not None:
@@ -1145,19 +1128,19 @@ class Recorder:
         if pk is not None and name not in _INPLACE and len(outs) == len(louts):
             plans, key, _, pregs, fresh = pk
             kept = [types[x] for x in pregs if x >= 0]
+            linked = False
             for f in fresh or ():
                 # The key has the argument's own type: not the plan of an argument linked to a view
                 # of another type (see _run_multi).
                 tag = f[1]._get_user_data(_KEY)
-                if tag is not None and tag[0] == self.epoch and types[tag[1]] != f[2]:
-                    pk = None
+                linked |= tag is not None and tag[0] == self.epoch and types[tag[1]] != f[2]
                 kept.append(f[2])
-        if pk is not None and name not in _INPLACE and len(outs) == len(louts):
-            _store_plan(plans, key, (_MULTI, tuple(steps),
-                                     tuple((t.index, t.out, instrs[t.index][0] in _VIEW_LIKE)
-                                           for t in louts),
-                                     len(instrs), tuple(kept)))
-            self._made_plan()
+            if not linked:
+                _store_plan(plans, key, (_MULTI, tuple(steps),
+                                         tuple((t.index, t.out, instrs[t.index][0] in _VIEW_LIKE)
+                                               for t in louts),
+                                         len(instrs), tuple(kept)))
+                self._made_plan()
         if end >= self._max_block_ops:
             self.close_block("limit")
 

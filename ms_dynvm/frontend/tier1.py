@@ -112,17 +112,20 @@ def _freeze(v):
     return v
 
 
+def _op_args(args) -> tuple:
+    """The op's own arguments (a legacy `(prim, name, inputs)` form unwrapped)."""
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
+        return args[2]
+    return args
+
+
 def _tensors(args) -> list:
     """Tensor arguments in order (legacy `(prim, name, inputs)` forms included)."""
-    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
-        args = args[2]
-    return [a for a in args if isinstance(a, Tensor)]
+    return [a for a in _op_args(args) if isinstance(a, Tensor)]
 
 
 def _has_tensor_sequence(args) -> bool:
-    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
-        args = args[2]
-    for a in args:
+    for a in _op_args(args):
         if (type(a) is tuple or type(a) is list) and any(isinstance(e, Tensor) for e in a):
             return True
     return False
@@ -406,36 +409,44 @@ class _Family:
     """What launches of one compiled kernel entry (a signature of a group) share, whatever the
     sizes: where each symbol is read off the inputs, the results' symbolic shapes and dtypes, the
     constants. `launch` makes the `_Launch` for a new input layout from the bound symbols alone
-    (`CompiledKernel.prepare_sized`): about a third of a full `Tier1._prepare_full`, which a kernel
-    without that entry (the tests' reference backend) still takes."""
+    (`CompiledKernel.prepare_sized`), without the signature's guard walk and the checked `prepare`."""
 
-    __slots__ = ("syms", "kernel", "fn", "out_dims", "const_ptrs", "const_strides")
+    __slots__ = ("syms", "kernel", "out_dims", "const_ptrs", "const_shapes", "const_strides")
 
     def __init__(self, t: "RunTemplate", entry) -> None:
         kernel, fn, guards = entry
         self.kernel = kernel
-        self.fn = fn
         self.syms = [(g.input, g.axis, g.value) for g in guards if g.kind == "sym"]
         self.out_dims = [(tuple(fn.types[r].shape), dtypes.to_numpy(fn.types[r].dtype)) for r in fn.outputs]
         self.const_ptrs = [a.ctypes.data for a in t.const_arrays]
+        self.const_shapes = [a.shape for a in t.const_arrays]
         self.const_strides = [tuple(s // a.itemsize for s in a.strides) for a in t.const_arrays]
 
-    def syms_agree(self, lkey: tuple) -> bool:
+    def env(self, lkey: tuple):
+        """The symbols' values in a call of input layout `lkey`, None where two dims of one symbol
+        differ."""
         env: dict = {}
         for i, a, name in self.syms:
             n = lkey[i][1][a]
             if env.setdefault(name, n) != n:
-                return False
-        return True
+                return None
+        return env
 
-    def launch(self, t: "RunTemplate", bound: list, lkey: tuple, size_class: int) -> "_Launch":
-        prepare_sized = getattr(self.kernel, "prepare_sized", None)
-        if prepare_sized is None:
-            return Tier1._prepare_full(t, bound, self.kernel, self.fn, size_class)
-        env = {name: lkey[i][1][a] for i, a, name in self.syms}
+    def launch(self, lkey: tuple, env: dict, size_class: int) -> "_Launch":
         out_specs = [(tuple(d if type(d) is int else eval_dim(d, env) for d in dims), dt)
                      for dims, dt in self.out_dims]
-        go = prepare_sized(env, [k[2] for k in lkey] + self.const_strides, [s for s, _ in out_specs])
+        out_shapes = [s for s, _ in out_specs]
+        in_strides = [k[2] for k in lkey] + self.const_strides
+        kernel = self.kernel
+        prepare_sized = getattr(kernel, "prepare_sized", None)
+        if prepare_sized is not None:
+            go = prepare_sized(env, in_strides, out_shapes)
+        else:  # a kernel with only the raw entry (the tests' reference backend)
+            in_shapes = [k[1] for k in lkey] + self.const_shapes
+            n_in = len(in_shapes)
+
+            def go(ptrs):
+                kernel.run_raw(ptrs[:n_in], in_shapes, in_strides, ptrs[n_in:], out_shapes)
         return _Launch(go, out_specs, self.const_ptrs, size_class)
 
 
@@ -594,8 +605,8 @@ class Tier1:
             if launch is None:
                 # A new input layout: find the family (kernel) it belongs to; the launch itself is
                 # only made when the size switch says serve.
-                fam = self._family(t, bound, lkey)
-                if fam is None:
+                found = self._family(t, bound, lkey)
+                if found is None:
                     continue
                 size_class = _size_class([k[1] for k in lkey])
             else:
@@ -615,7 +626,7 @@ class Tier1:
                 p.args = tensors
                 return _EAGER
             if launch is None:
-                launch = fam.launch(t, bound, lkey, size_class)
+                launch = found[0].launch(lkey, found[1], size_class)
                 if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
                     t.launches.clear()
                 t.launches[lkey] = launch
@@ -624,11 +635,12 @@ class Tier1:
         return _MISS
 
     def _family(self, t: RunTemplate, bound: list, lkey: tuple):
-        """The `_Family` (kernel entry) that serves calls of this input layout, or None (counted)
-        when no compiled kernel may: the signature (from the family's dynamic dims) must be one a
-        kernel was compiled for, and the symbols bind consistently (the rest of the kernel's guards
-        is implied by the equal signature: dtypes, ranks, layouts, static dims, and sizes >= 2 where
-        a dim is a symbol, as `ShapeFamily.signature` puts the size there otherwise)."""
+        """(the `_Family` (kernel entry) that serves calls of this input layout, the symbols' values),
+        or None (counted) when no compiled kernel may: the signature (from the family's dynamic
+        dims) must be one a kernel was compiled for, and the symbols bind consistently (the rest of
+        the kernel's guards is implied by the equal signature: dtypes, ranks, layouts, static dims,
+        and sizes >= 2 where a dim is a symbol, as `ShapeFamily.signature` puts the size there
+        otherwise; the first layout of a family walks the full guards)."""
         descs = [InputDesc(k[0], k[1], "contiguous" if x.is_contiguous() else "strided")
                  for k, x in zip(lkey, bound)]
         descs += [_desc(x) for x in bound[t.n_tensor_ext:]]
@@ -639,16 +651,17 @@ class Tier1:
             if entry is None:
                 METRICS.guard_failures["no_kernel_for_signature"] += 1
                 return None
-            env = check(entry[2], descs)  # the full guards, once per family
+            env = check(entry[2], descs)
             if isinstance(env, GuardFailure):
                 METRICS.guard_failures[env.reason] += 1
                 return None
-            fam = t.families[sig] = _Family(t, entry)
-            return fam
-        if fam.syms_agree(lkey):
-            return fam
-        METRICS.guard_failures["symbol_mismatch"] += 1
-        return None
+            t.families[sig] = _Family(t, entry)
+            return t.families[sig], env
+        env = fam.env(lkey)
+        if env is None:
+            METRICS.guard_failures["symbol_mismatch"] += 1
+            return None
+        return fam, env
 
     def _bind(self, t: RunTemplate, first_args: list):
         """The external inputs for a call starting with `first_args`: tensors first (in
@@ -681,29 +694,6 @@ class Tier1:
                 out.append(seq[i])
         out.extend(t.const_arrays)
         return out
-
-    @staticmethod
-    def _prepare_full(t: RunTemplate, bound: list, kernel, fn, size_class: int) -> "_Launch":
-        """A launch for a new input layout through the kernel's checked `prepare` (or its raw entry:
-        the tests' reference backend), for a kernel without `prepare_sized`."""
-        descs = [_desc(x) for x in bound]
-        env = check(t.kernels[t.family.signature(descs)][2], descs)
-        out_specs = [(tuple(eval_dim(d, env) for d in fn.types[r].shape), dtypes.to_numpy(fn.types[r].dtype))
-                     for r in fn.outputs]
-        in_shapes = [tuple(x.shape) for x in bound]
-        in_strides = [tuple(s // x.itemsize for s in x.strides) if isinstance(x, np.ndarray)
-                      else tuple(x.stride()) for x in bound]
-        out_shapes = [s for s, _ in out_specs]
-        prepare = getattr(kernel, "prepare", None)
-        if prepare is not None:
-            go = prepare(in_shapes, in_strides, out_shapes)
-        else:  # a kernel with only the raw entry (the tests' reference backend)
-            n_in = len(bound)
-
-            def go(ptrs, _k=kernel):
-                _k.run_raw(ptrs[:n_in], in_shapes, in_strides, ptrs[n_in:], out_shapes)
-        const_ptrs = [a.ctypes.data for a in t.const_arrays]
-        return _Launch(go, out_specs, const_ptrs, size_class)
 
     def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx,
                 base: int):

@@ -205,17 +205,7 @@ def test_learned_runs_survive_disable_enable(ref_backend):
 @pytest.mark.parametrize("name", ["mlp", "transformer", "layernorm_gelu", "attention"])
 def test_training_with_real_c_kernels_matches_eager(name, tmp_path, monkeypatch):
     """The same training steps with kernels compiled by GCC (not the reference backend)."""
-    import shutil
-
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    monkeypatch.setenv("DYNVM_CACHE_DIR", str(tmp_path / "cache"))
-    from ms_dynvm.runtime import cache as cache_mod
-
-    monkeypatch.setattr(cache_mod, "_DEFAULT", None)
-    ms_dynvm.disable()
-    ms_dynvm.reset_stats()
-    dispatch.forget_compiled()
+    _gcc_cache(tmp_path, monkeypatch)
     ref_losses, ref_grads, _ = _train_losses(name, 4, enable=False)
     losses, grads, st = _train_losses(name, 4, enable=True)
     dispatch.forget_compiled()
@@ -437,6 +427,7 @@ def test_a_run_goes_on_across_a_cell_boundary(ref_backend):
 
 
 def _gcc_cache(tmp_path, monkeypatch):
+    """Real GCC kernels (skip without gcc), cached in a fresh directory; ms_dynvm off and forgotten."""
     import shutil
 
     if shutil.which("gcc") is None:
