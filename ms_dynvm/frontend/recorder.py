@@ -59,8 +59,8 @@ once.)
 
 Two modes:
 - plain (`enable()`): basic blocks are recorded into small Programs, dropped when a block closes
-  (only counters survive; at an nn.Cell boundary the Program is kept while it stays under
-  `max_block_ops` instructions), so memory stays bounded however long the script runs; values from
+  (only counters survive; at an nn.Cell boundary or a forward/backward phase change the Program is
+  kept while it stays under `max_block_ops` instructions), so memory stays bounded however long the script runs; values from
   the blocks of earlier Programs enter as inputs.
 - recording (`with ms_dynvm.record() as rec:`): one Program for the whole scope, blocks kept, values
   flow between blocks; the input tensors are kept alive so `rec.inputs` can hand them back.
@@ -113,6 +113,7 @@ def tag_parameters(cell) -> None:
     cell.__dict__["_ms_dynvm_tagged"] = True
 
 
+_KEEP_PROGRAM = frozenset(("cell", "phase"))  # block ends that keep a plain-mode Program (close_block)
 _VIEW_LINK_MAX_BYTES = 1 << 22
 _VIEW_CANDIDATES = 8
 # Results of these ops may be views of their input in MindSpore (split/unstack give views too).
@@ -581,9 +582,11 @@ class Recorder:
             if self.opts.debug or self.opts.dump_dir:
                 self._debug_block(b)
         # Plain mode drops the Program at a block end, except at an nn.Cell boundary (not a sync
-        # point: values still flow into the next block, and tier 1 fuses across it), while the
-        # Program stays under max_block_ops instructions.
-        if self.recording is None and (reason != "cell" or self.program.num_instrs() > self.opts.max_block_ops):
+        # point: values still flow into the next block, and tier 1 fuses across it) and at a
+        # forward/backward phase change (the backward ops read the forward's values: kept, they are
+        # registers, not new inputs), while the Program stays under max_block_ops instructions.
+        if self.recording is None and (reason not in _KEEP_PROGRAM
+                                       or self.program.num_instrs() > self.opts.max_block_ops):
             self._new_program()
 
     def _debug_block(self, b) -> None:

@@ -90,8 +90,8 @@ class ReferenceRecorder:
         if not self.recording:
             if b.instrs:
                 self.closed.append(self.program.as_text())
-            # A Cell boundary keeps the Program (values flow on) while it is small enough.
-            if reason != "cell" or self.program.num_instrs() > self.real.opts.max_block_ops:
+            # A Cell boundary or a phase change keeps the Program (values flow on) while it is small enough.
+            if reason not in ("cell", "phase") or self.program.num_instrs() > self.real.opts.max_block_ops:
                 self._new_program()
 
     def _open_block(self):
