@@ -48,6 +48,7 @@ class Metrics:
         self.recordings = 0
         # tier 1 (fused execution inside dispatch)
         self.groups_compiled = 0
+        self.sized_groups = 0  # groups whose size-dependent scalars became kernel inputs (tier1._lift)
         self.compiles = 0
         self.compile_seconds = 0.0
         self.cache_hits = 0  # a compiled run served (kernel found for the call's signature)
@@ -98,6 +99,7 @@ class Metrics:
             "record_errors": dict(self.record_errors),
             "recordings": self.recordings,
             "groups_compiled": self.groups_compiled,
+            "sized_groups": self.sized_groups,
             "compiles": self.compiles,
             "compile_seconds": self.compile_seconds,
             "cache_hits": self.cache_hits,

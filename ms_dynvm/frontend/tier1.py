@@ -58,7 +58,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
-from ms_dynvm.bytecode.types import eval_dim
+from ms_dynvm.bytecode.types import TensorType, eval_dim
 from ms_dynvm.cost.model import CostModel, GroupStats, SizeSwitch
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.frontend.normalize import vm_dtype
@@ -132,6 +132,7 @@ def _has_tensor_sequence(args) -> bool:
 
 
 _ATOMS = (int, float, bool, str, type(None))
+SIZED = "<sized scalar>"  # in a step key: a float argument that is a function of the sizes (see _lift)
 
 
 def step_key(name: str, args) -> tuple:
@@ -198,6 +199,10 @@ class _StepPlan:
             return None
         for i, f in self.consts:
             a = args[i]
+            if f is SIZED:
+                if type(a) is not float:
+                    return None
+                continue
             if isinstance(a, Tensor) or _freeze(a) != f:
                 return None
         out = [args[i] for i in self.tpos]
@@ -226,6 +231,9 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool):
     if plan.flat:
         lines.append(f"    if len(args) != {plan.nargs}: return 1")
         for n, (i, f) in enumerate(plan.consts):
+            if f is SIZED:  # a sized scalar: any float here; its value is checked apart
+                lines.append(f"    if type(args[{i}]) is not float: return 1")
+                continue
             ns[f"c{n}"] = f
             ns[f"k{n}"] = type(f)
             lines.append(f"    a = args[{i}]")
@@ -311,6 +319,12 @@ class RunTemplate:
     # group whose first op also starts other op sequences is not launched where it never completes.
     ctx_fails: dict = field(default_factory=dict)
     ctx_skips: int = 0
+    # Sized scalars (see Tier1._lift): per scalar (tensor input, axes, "n" | "1/n", its 0-d kernel
+    # input array); per step, the (argument position, scalar index) its arriving op must hold; and
+    # where each sits in the run's instructions: (instruction, operand, dtype).
+    sized: list = field(default_factory=list)
+    sized_checks: dict = field(default_factory=dict)
+    sized_operands: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
@@ -381,6 +395,7 @@ class _OpenRun:
         self.epoch = epoch
         self.across = False
         self.steps: list[Step] = []
+        self.step_instrs: list = []  # instructions per step (where a step's operands sit in the body)
         self.ext: list = []
         self.ext_tags: list = []
         self.ext_regs: list = []
@@ -454,9 +469,9 @@ class _Pending:
     """A compiled run being served, or (`eager`) run eagerly without recording (see `Tier1.serve`)."""
 
     __slots__ = ("template", "base", "outs", "rets", "step", "n", "names", "matchers", "t_first",
-                 "size_class", "ctx", "eager", "args")
+                 "size_class", "ctx", "eager", "args", "sized", "svals")
 
-    def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False):
+    def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False, svals=None):
         self.template = template
         self.base = base  # the launch's base token (see RunTemplate.plans)
         self.outs = outs  # per step: tuple of Tensors (None when eager)
@@ -470,6 +485,8 @@ class _Pending:
         self.ctx = ctx  # the op before the first one (see RunTemplate.ctx_fails)
         self.eager = eager
         self.args = None  # eager: the current step's tensor arguments, between serve and eager_done
+        self.sized = template.sized_checks or None  # step -> [(argument, scalar)] (see Tier1._lift)
+        self.svals = svals  # this call's sized scalars
 
 
 class Tier1:
@@ -481,6 +498,8 @@ class Tier1:
         self.cost = CostModel(threshold=opts.compile_threshold)
         self.templates: dict = {}  # key -> RunTemplate
         self.variants: dict = {}  # key without scalar arguments -> templates made (MAX_VARIANTS)
+        self.profiles: dict = {}  # key without scalar arguments -> its first run's scalars (_lift)
+        self.lifted: dict = {}  # key without scalar arguments -> its template with sized scalars
         self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
         self.hist: deque = deque(maxlen=HISTORY)  # see _push_hist; newest last
         self.run: _OpenRun | None = None
@@ -512,6 +531,11 @@ class Tier1:
         r = p.matchers[j](args, p.base)
         if type(r) is int:
             return self._abandon(_FAIL_REASONS[r])
+        if p.sized is not None and j in p.sized:
+            svals = p.svals
+            for i, k in p.sized[j]:
+                if args[i] != svals[k]:
+                    return self._abandon("sized_scalar_mismatch")
         if p.eager:
             p.args = r
             return _EAGER
@@ -611,6 +635,12 @@ class Tier1:
                 size_class = _size_class([k[1] for k in lkey])
             else:
                 size_class = launch.size_class
+            svals = None
+            if t.sized:
+                svals = _sized_values(t, lkey)
+                if None in svals or any(args[i] != svals[k] for i, k in t.sized_checks.get(0, ())):
+                    METRICS.guard_failures["sized_scalar_mismatch"] += 1
+                    continue
             self.end_run()  # the eager run before this one is complete
             self._serial += 1
             base = self._serial * _TOKEN_SPAN
@@ -621,7 +651,8 @@ class Tier1:
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
                 for e in t.tag_ext:
                     bound[e]._set_user_data(_T1KEY, base + e)
-                p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True)
+                p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True,
+                                            svals=svals)
                 p.step = 0
                 p.args = tensors
                 return _EAGER
@@ -631,7 +662,7 @@ class Tier1:
                     t.launches.clear()
                 t.launches[lkey] = launch
             METRICS.cache_hits += 1
-            return self._launch(t, launch, bound, tensors, t0, ctx, base)
+            return self._launch(t, launch, bound, tensors, t0, ctx, base, svals)
         return _MISS
 
     def _family(self, t: RunTemplate, bound: list, lkey: tuple):
@@ -696,7 +727,7 @@ class Tier1:
         return out
 
     def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx,
-                base: int):
+                base: int, svals=None):
         pool = self.pool
         # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
         # whose last tensor has died since become reusable.
@@ -709,6 +740,9 @@ class Tier1:
             a, ptr = alloc(shape, dt)
             outs.append(_from_numpy(a))  # C-contiguous: Tensor.from_numpy minus its checks
             ptrs.append(ptr)
+        if svals is not None:  # the sized scalars' kernel inputs (0-d arrays at fixed addresses)
+            for (_, _, _, arr), v in zip(t.sized, svals):
+                arr[()] = v
         launch.go(ptrs)
         for e in t.tag_ext:
             bound[e]._set_user_data(_T1KEY, base + e)
@@ -717,7 +751,7 @@ class Tier1:
         grouped = [tuple(outs[i:i + n]) for i, n in t.out_pos]
         rets = [outs[i] if n == 1 else g for (i, n), g in zip(t.out_pos, grouped)]
         # A group has at least two steps (end_run drops shorter runs): the rest are served.
-        self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx)
+        self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx, svals=svals)
         self.hist.append((t.names[0], first_args, grouped[0], (), ()))
         return rets[0]
 
@@ -798,6 +832,7 @@ class Tier1:
         for k, tag in enumerate(out_tags):
             run.out_tags[tag] = (j, k)
         run.steps.append(Step(key, tuple(srcs), len(outs)))
+        run.step_instrs.append(end - start)
         run.result_regs.extend(out_regs)
         run.end = end
         run.seconds += seconds
@@ -814,10 +849,12 @@ class Tier1:
         hist = run.hist
         for d in range(1, len(hist) + 1):
             k, a, o, arg_tags, out_tags = hist[d - 1]
-            if not arg_tags and not out_tags and (a or o):
+            if (a or o) and ((not arg_tags and not out_tags) or None in arg_tags or None in out_tags):
                 # A served op (not recorded, so no tags when it ran): its tensors carry the tags the
-                # recorder gave them since (as inputs of later eager ops). Read them now, once, so
-                # that a run after a served one binds as the same run did after the eager one.
+                # recorder gave them since (as inputs of later eager ops). Read them now, so that a
+                # run after a served one binds as the same run did after the eager one; a tensor
+                # still untagged is read again at the next look (a later op may tag it yet: the
+                # served mean of a loss, added to another term several ops later).
                 arg_tags = [x._get_user_data(_RKEY) for x in a]
                 out_tags = [x._get_user_data(_RKEY) for x in o]
                 hist[d - 1] = (k, a, o, arg_tags, out_tags)
@@ -848,7 +885,7 @@ class Tier1:
         run, self.run = self.run, None
         if run is None or len(run.steps) < 2:
             return
-        key = (tuple(s.key for s in run.steps), tuple(s.srcs for s in run.steps), tuple(run.ext))
+        key = _run_key(run)
         if any(r is None for r in run.ext_regs):
             return
         if len(run.ext) + sum(s.n_out for s in run.steps) >= _TOKEN_SPAN:
@@ -857,15 +894,27 @@ class Tier1:
         if t is None:
             # Runs that differ only in scalar arguments (or constants) are variants of one group: a
             # scalar that depends on the sizes (mean's backward divides by the element count) would
-            # otherwise make a new group, and a new compile, per size.
+            # otherwise make a new group, and a new compile, per size. Such scalars are lifted into
+            # kernel inputs computed from the sizes where they can be (`_lift`); other variants
+            # get a group each, up to MAX_VARIANTS.
             vkey = (tuple(s.key[0] for s in run.steps), tuple(s.srcs for s in run.steps),
                     tuple(p[:1] if p[0] == "const" else p for p in run.ext))
-            n = self.variants.get(vkey, 0)
-            if n >= MAX_VARIANTS:
-                METRICS.fallbacks["tier1: too many variants (scalar arguments change)"] += 1
-                return
-            self.variants[vkey] = n + 1
-            t = self.templates[key] = RunTemplate(key, run.steps, run.ext)
+            t = self._lifted_for(vkey, run)
+            if t is None:
+                prof = self._profile(run)
+                first = self.profiles.get(vkey)
+                if first is None:
+                    if prof is not None:
+                        self.profiles[vkey] = prof
+                else:
+                    t = self._lift(vkey, first, prof, run)
+            if t is None:
+                n = self.variants.get(vkey, 0)
+                if n >= MAX_VARIANTS:
+                    METRICS.fallbacks["tier1: too many variants (scalar arguments change)"] += 1
+                    return
+                self.variants[vkey] = n + 1
+                t = self.templates[key] = RunTemplate(key, run.steps, run.ext)
         st = t.stats
         st.calls += 1
         st.eager_calls += 1
@@ -874,6 +923,7 @@ class Tier1:
         if t.ext_order is not None:  # the template binds tensors first, then constants
             run.ext_regs = [run.ext_regs[e] for e in t.ext_order]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
+        descs += [InputDesc(dt, (), "contiguous") for _, _, dt in t.sized_operands]
         sig = t.family.observe(descs)
         if sig in t.kernels or st.failed:
             return
@@ -888,21 +938,162 @@ class Tier1:
             hot = self.cost.should_compile(st, len(t.steps))
         if hot:
             # Generalise the function of THIS call: the signature's symbols group this call's dims.
-            self._compile(t, sig, self._function(run))
+            self._compile(t, sig, self._function(run, t.sized_operands))
 
-    def _function(self, run: _OpenRun) -> Function:
-        types = self.recorder.program.types
+    @staticmethod
+    def _body(run: _OpenRun) -> list:
         body = []
         for block, start, end in run.segments + [(run.block, run.start, run.end)]:
             body.extend(block.instrs_between(start, end))
+        return body
+
+    def _function(self, run: _OpenRun, sized_operands=()) -> Function:
+        """The run as one IR Function; `sized_operands` (instruction, operand, dtype): immediates that
+        become 0-d params, after the external inputs (see `_lift`)."""
+        types = self.recorder.program.types
+        body = self._body(run)
         regs = set(run.ext_regs)
         for ins in body:
             regs.update(int(a) for a in ins.args if isinstance(a, Reg))
             regs.update(ins.outs)
-        fn = Function("t1", [int(r) for r in run.ext_regs],
-                      [Instr(i.op, i.args, i.attrs, i.outs) for i in body],
-                      [int(r) for r in run.result_regs], {r: types[r] for r in regs})
-        return fn
+        typed = {r: types[r] for r in regs}
+        instrs = [Instr(i.op, i.args, i.attrs, i.outs) for i in body]
+        params = [int(r) for r in run.ext_regs]
+        nxt = max(regs, default=-1) + 1
+        for ii, ai, dt in sized_operands:
+            args = list(instrs[ii].args)
+            args[ai] = Reg(nxt)
+            instrs[ii].args = tuple(args)
+            typed[nxt] = TensorType(dt, (), "contiguous")
+            params.append(nxt)
+            nxt += 1
+        return Function("t1", params, instrs, [int(r) for r in run.result_regs], typed)
+
+    # --- sized scalars ----------------------------------------------------------------------------
+    # A float argument that changes with the sizes (mean's backward: Divs(dout, n); 1/n factors)
+    # would make a new group per size. When two runs of one op sequence differ only in such
+    # scalars, and each is, in both runs, the element count n of some axes of one tensor input, or
+    # 1/n, the group gets it as a 0-d kernel input: one group (and one kernel per shape family) for
+    # every size. At each launch the values are computed from the bound inputs' shapes, and each op
+    # that carries one must carry exactly that value (else the run is abandoned, counted).
+    # Only immediates of f32/f64 instructions are lifted (there the instruction computes with the
+    # scalar rounded to its own dtype, which is what a 0-d input of that dtype holds).
+
+    def _profile(self, run: _OpenRun):
+        """What `_lift` compares: the body's ops, its float immediates (position, value), the steps'
+        keys, instructions per step, the tensor inputs' shapes (template order), result dtypes."""
+        if len(run.step_instrs) != len(run.steps):
+            return None
+        types = self.recorder.program.types
+        body = self._body(run)
+        if len(body) != sum(run.step_instrs):
+            return None
+        imms = {}
+        dts = {}
+        for ii, ins in enumerate(body):
+            for ai, a in enumerate(ins.args):
+                if type(a) is float:
+                    imms[(ii, ai)] = a
+                    dts[ii] = types[ins.outs[0]].dtype if ins.outs else None
+        order = [e for e, p in enumerate(run.ext) if p[0] != "const"]
+        shapes = [tuple(types[run.ext_regs[e]].shape) if run.ext_regs[e] is not None else None
+                  for e in order]
+        descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout)
+                 for r in run.ext_regs if r is not None]
+        return (tuple(i.op for i in body), imms, dts, tuple(s.key for s in run.steps),
+                tuple(run.step_instrs), shapes, descs, _run_key(run))
+
+    def _lift(self, vkey, first, prof, run: _OpenRun):
+        """The template with sized scalars for the runs of profiles `first` and `prof` (that of
+        `run`), or None."""
+        if prof is None or first[0] != prof[0] or first[1].keys() != prof[1].keys() or first[4] != prof[4]:
+            return None
+        ops, imms1, dts, keys1, ninstr, shapes1, descs1, _ = first
+        _, imms2, _, keys2, _, shapes2, _, _ = prof
+        if None in shapes1 or None in shapes2 or len(shapes1) != len(shapes2):
+            return None
+        step_of = []
+        for j, n in enumerate(ninstr):
+            step_of.extend([j] * n)
+        lifted = []  # (step, argument, instruction, operand, dtype, input, axes, kind)
+        for pos, v1 in imms1.items():
+            v2 = imms2[pos]
+            if v1 == v2 or (v1 != v1 and v2 != v2):
+                continue
+            ii, ai = pos
+            dt = dts.get(ii)
+            if dt not in ("f32", "f64"):
+                return None
+            j = step_of[ii]
+            a1, a2 = keys1[j][1], keys2[j][1]
+            if (len(a1) == 3 and type(a1[1]) is str and type(a1[2]) is tuple) or len(a1) != len(a2):
+                return None  # legacy (prim, name, args) form: not lifted
+            arg = next((i for i in range(len(a1)) if type(a1[i]) is float and type(a2[i]) is float
+                        and a1[i] == v1 and a2[i] == v2), None)
+            expr = _size_expr(v1, v2, shapes1, shapes2)
+            if arg is None or expr is None:
+                return None
+            lifted.append((j, arg, ii, ai, dt) + expr)
+        if not lifted:
+            return None
+        lifted_args = {(x[0], x[1]) for x in lifted}
+        # Every other argument must be equal: the steps' keys with the sized ones marked.
+        def marked(keys):
+            return tuple((k[0], tuple(SIZED if (j, i) in lifted_args else a for i, a in enumerate(k[1])))
+                         for j, k in enumerate(keys))
+        if marked(keys1) != marked(keys2):
+            return None
+        steps = [Step(k, st.srcs, st.n_out) for k, st in zip(marked(keys2), run.steps)]
+        t = RunTemplate(("sized",) + marked(keys2), steps, run.ext)
+        t.sized = [(e, axes, kind, np.zeros((), dtypes.to_numpy(dt)))
+                   for _, _, _, _, dt, e, axes, kind in lifted]
+        t.const_arrays = t.const_arrays + [arr for _, _, _, arr in t.sized]
+        checks: dict = {}
+        for k, x in enumerate(lifted):
+            checks.setdefault(x[0], []).append((x[1], k))
+        t.sized_checks = checks
+        t.sized_operands = [(ii, ai, dt) for _, _, ii, ai, dt, _, _, _ in lifted]
+        t.profile = prof[:6]
+        # Both runs seen so far teach the family which dims change.
+        extra = [InputDesc(dt, (), "contiguous") for _, _, dt in t.sized_operands]
+        if t.ext_order is not None:
+            descs1 = [descs1[e] for e in t.ext_order]
+        t.family.observe(descs1 + extra)
+        old = self.templates.get(first[-1])
+        if old is not None:  # the first run's counts carry over
+            t.stats.calls, t.stats.eager_calls, t.stats.eager_seconds = (
+                old.stats.calls, old.stats.eager_calls, old.stats.eager_seconds)
+        self.lifted[vkey] = t
+        METRICS.sized_groups += 1
+        return t
+
+    def _lifted_for(self, vkey, run: _OpenRun):
+        """The sized-scalar template of this op sequence, if the run fits it."""
+        t = self.lifted.get(vkey)
+        if t is None:
+            return None
+        prof = self._profile(run)
+        if prof is None or prof[0] != t.profile[0] or prof[1].keys() != t.profile[1].keys():
+            return None
+        shapes = prof[5]
+        if None in shapes:
+            return None
+        vals = _sized_values(t, [(None, s) for s in shapes])
+        for (ii, ai, _), v in zip(t.sized_operands, vals):
+            if prof[1][(ii, ai)] != v:
+                return None
+        want = [st.key for st in t.steps]
+        if len(want) != len(prof[3]) or any(len(k[1]) != len(w[1]) for k, w in zip(prof[3], want)):
+            return None
+        marked = [(k[0], tuple(SIZED if w[1][i] is SIZED else a for i, a in enumerate(k[1])))
+                  for k, w in zip(prof[3], want)]
+        if marked != want:
+            return None
+        for j, pairs in t.sized_checks.items():
+            for i, k in pairs:
+                if prof[3][j][1][i] != vals[k]:
+                    return None
+        return t
 
     def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
         from ms_dynvm import codegen
@@ -1000,6 +1191,59 @@ def _set_kernel_threads(n: int) -> None:
 def _aliases(a, b) -> bool:
     return (a._data_ptr() == b._data_ptr() and tuple(a.shape) == tuple(b.shape)
             and tuple(a.stride()) == tuple(b.stride()) and a.dtype == b.dtype)
+
+
+def _run_key(run: _OpenRun) -> tuple:
+    return (tuple(s.key for s in run.steps), tuple(s.srcs for s in run.steps), tuple(run.ext))
+
+
+def _sval(n: int, kind: str):
+    if kind == "n":
+        return float(n)
+    return 1.0 / n if n else None
+
+
+_AXES_BY_RANK: dict = {}
+
+
+def _axes_subsets(rank: int) -> list:
+    """Non-empty subsets of the axes, the larger first (the whole tensor's element count first)."""
+    out = _AXES_BY_RANK.get(rank)
+    if out is None:
+        masks = sorted(range(1, 1 << rank), key=lambda m: (-bin(m).count("1"), m))
+        out = _AXES_BY_RANK[rank] = [tuple(a for a in range(rank) if m >> a & 1) for m in masks]
+    return out
+
+
+def _size_expr(v1: float, v2: float, shapes1: list, shapes2: list):
+    """(tensor input, axes, kind) such that the element count n of those axes (kind "n") or 1/n
+    (kind "1/n") is v1 in the run of input shapes `shapes1` and v2 in that of `shapes2`; or None."""
+    for e, (s1, s2) in enumerate(zip(shapes1, shapes2)):
+        if len(s1) != len(s2) or len(s1) > 6:
+            continue
+        for axes in _axes_subsets(len(s1)):
+            n1 = n2 = 1
+            for a in axes:
+                n1 *= s1[a]
+                n2 *= s2[a]
+            if n1 == n2:
+                continue
+            for kind in ("n", "1/n"):
+                if _sval(n1, kind) == v1 and _sval(n2, kind) == v2:
+                    return (e, axes, kind)
+    return None
+
+
+def _sized_values(t: "RunTemplate", lkey) -> list:
+    """The sized scalars of a call whose tensor inputs are `lkey` ((dtype, shape, ...) each)."""
+    out = []
+    for e, axes, kind, _ in t.sized:
+        n = 1
+        shape = lkey[e][1]
+        for a in axes:
+            n *= shape[a]
+        out.append(_sval(n, kind))
+    return out
 
 
 def _size_class(shapes) -> int:

@@ -339,7 +339,7 @@ def test_fresh_result_arrays_when_the_pool_is_off(ref_backend):
     assert st["fused_ops"] > 0, st
 
 
-def test_a_size_dependent_scalar_does_not_compile_a_group_per_size(ref_backend):
+def test_a_scalar_changing_with_no_size_does_not_compile_a_group_per_value(ref_backend):
     from ms_dynvm.frontend import tier1
 
     ms_dynvm.enable(compile_policy="threshold")
@@ -347,14 +347,74 @@ def test_a_size_dependent_scalar_does_not_compile_a_group_per_size(ref_backend):
     for b in range(2, 14):
         x, _ = inputs(b, b)
         for _ in range(2):  # each variant seen twice: hot under the threshold policy
-            y = ops.tanh(x * float(b)) - 0.5  # the scalar changes with the size, as mean's 1/N does
+            y = ops.tanh(x * (b + 0.37)) - 0.5  # changes from call to call, but is no element count
         got.append((y.asnumpy(), x.asnumpy(), b))
     st = ms_dynvm.stats()
     ms_dynvm.disable()
     for y, xr, b in got:
-        np.testing.assert_allclose(y, np.tanh(xr * b) - 0.5, rtol=1e-5, atol=2e-4)
+        np.testing.assert_allclose(y, np.tanh(xr * np.float32(b + 0.37)) - 0.5, rtol=1e-5, atol=2e-4)
     assert len(ref_backend) <= tier1.MAX_VARIANTS, len(ref_backend)
+    assert st["sized_groups"] == 0
     assert st["fallbacks"].get("tier1: too many variants (scalar arguments change)", 0) > 0, st["fallbacks"]
+
+
+@pytest.mark.parametrize("form", ["n", "1/n", "axis1"])
+def test_a_size_dependent_scalar_becomes_a_kernel_input(ref_backend, form):
+    """A scalar that is an element count of an input (mean's backward divides by N) or 1/N is lifted
+    into a 0-d kernel input computed from the sizes: one group for every size, served, right."""
+    from ms_dynvm.frontend import tier1
+
+    ms_dynvm.enable(compile_policy="threshold")
+    got = []
+    sizes = [3, 5, 4, 9, 2, 7, 11, 6, 13, 8, 3, 5]
+    for b in sizes:
+        x, _ = inputs(b, b)
+        s = {"n": float(b * 16), "1/n": 1.0 / b, "axis1": 16.0 * 0 + float(b)}[form]
+        y = ops.tanh(x / s) - 0.5 if form != "1/n" else ops.tanh(x * s) - 0.5
+        got.append((y.asnumpy(), x.asnumpy(), s))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, s in got:
+        want = np.tanh(xr / np.float32(s)) - 0.5 if form != "1/n" else np.tanh(xr * np.float32(s)) - 0.5
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+    assert st["sized_groups"] == 1, st
+    assert "tier1: too many variants (scalar arguments change)" not in st["fallbacks"], st["fallbacks"]
+    # From the third call on, every call is served from the lifted group or runs it as the size
+    # switch's eager probe of a new size class: nothing else falls back, no guard fails.
+    served = st["fused_ops"] // 3
+    assert served >= 4 and served + st["fallbacks"].get("tier1: eager probe", 0) >= len(sizes) - 3, st
+    assert set(st["fallbacks"]) <= {"tier1: eager probe"} and not st["guard_failures"], st
+    assert len(ref_backend) <= 3, len(ref_backend)  # at most a static, then a symbolic kernel (+1 variant)
+    assert tier1.MAX_VARIANTS >= 2
+
+
+def test_a_lifted_scalar_that_stops_matching_the_sizes_runs_eagerly_and_right(ref_backend):
+    """A lifted scalar is checked at every launch: the same op sequence with a scalar that is not
+    the element count any more is abandoned (counted), and the result is eager's."""
+    ms_dynvm.enable(compile_policy="threshold")
+    for b in (3, 5, 4, 9, 2, 7):
+        x, _ = inputs(b, b)
+        (ops.tanh(x / float(b)) - 0.5).asnumpy()
+    served_before = ms_dynvm.stats()["fused_ops"]
+    x, _ = inputs(6, 1)
+    y = (ops.tanh(x / 7.0) - 0.5).asnumpy()  # shape [6,16], scalar 7: no longer "b"
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    np.testing.assert_allclose(y, np.tanh(x.asnumpy() / np.float32(7.0)) - 0.5, rtol=1e-6, atol=1e-6)
+    assert served_before > 0 and st["sized_groups"] == 1
+    assert (st["guard_failures"].get("sized_scalar_mismatch", 0)
+            + st["fallbacks"].get("tier1: sized_scalar_mismatch", 0)) >= 1, st
+
+
+def test_size_expressions_are_element_counts_or_their_inverse():
+    from ms_dynvm.frontend import tier1
+
+    assert tier1._size_expr(40.0, 24.0, [(5, 8)], [(3, 8)]) == (0, (0, 1), "n")
+    assert tier1._size_expr(5.0, 3.0, [(5, 8)], [(3, 8)]) == (0, (0,), "n")
+    assert tier1._size_expr(1 / 40, 1 / 24, [(2, 2), (5, 8)], [(2, 2), (3, 8)]) == (1, (0, 1), "1/n")
+    assert tier1._size_expr(41.0, 25.0, [(5, 8)], [(3, 8)]) is None  # not a count
+    assert tier1._size_expr(8.0, 8.0, [(5, 8)], [(3, 8)]) is None  # equal: nothing to lift
+    assert tier1._sval(0, "1/n") is None and tier1._sval(0, "n") == 0.0
 
 
 def test_generated_step_matchers_check_arguments_tokens_and_constants():
