@@ -581,8 +581,19 @@ class _Lower:
         op, attrs, args = ins.op, ins.attrs, ins.args
         shape = tuple(out_t.shape)
 
-        def at(r):
-            return self._bcast(r, shape, idx)
+        if op == "bias_add":
+            # x + bias along one axis (not right-aligned broadcasting): the bias is read at that
+            # axis's index; the rest is `add` (same promotion, rounding and integer rules).
+            axis = attrs["axis"] % len(shape)
+            bias = int(args[1])
+
+            def at(r):
+                return (idx[axis],) if r == bias else self._bcast(r, shape, idx)
+
+            op = "add"
+        else:
+            def at(r):
+                return self._bcast(r, shape, idx)
 
         def arg(i, dt):
             return self.operand(args[i], dt, at)
@@ -668,8 +679,6 @@ class _Lower:
                 x = arg(0, rd)
                 return self.op(ct, "mul", x, x)
             return self.op(ct, "pow", arg(0, rd), arg(1, rd))
-        if op == "bias_add":
-            raise CodegenError("bias_add is not supported (lower it to add)")
         if op in ("lerp",):
             return self.op(ct, "lerp", arg(0, rd), arg(1, rd), arg(2, rd))
         if op == "addcmul":
@@ -1032,8 +1041,6 @@ class _Lower:
         for ins in fn.body:
             op = ins.op
             if op in _VIEW_OPS or op in opcodes.ELEMENTWISE:
-                if op == "bias_add":
-                    raise CodegenError("bias_add is not supported")
                 continue
             if op in _REDUCE_OPS:
                 self._lower_reduce(ins)

@@ -220,14 +220,16 @@ def _slow_const_ne(a, f) -> bool:
     return isinstance(a, Tensor) or _freeze(a) != f
 
 
-def _make_matcher(plan: "_StepPlan", check_tokens: bool):
-    """A Python function `m(args, base)` specialised to one step (generated source, compiled once per
-    group): the step's tensor arguments if `args` match it, else a failure code (`_FAIL_REASONS`).
-    It checks what `_StepPlan.match` checks and, with `check_tokens`, each tensor's identity (the
-    launch's token, or the constant's bytes). Straight-line code: this runs for every served op."""
+def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
+    """A Python function `m(args, base, toks)` specialised to one step (generated source, compiled
+    once per group): the step's tensor arguments if `args` match it, else a failure code
+    (`_FAIL_REASONS`). It checks what `_StepPlan.match` checks and, with `check_tokens`, each
+    tensor's identity: a result of the launch carries `base` + its offset, external input e (e <
+    `n_ext`) the token `toks[e]` it carried when bound (see `Tier1._ext_tokens`), a constant its
+    bytes. Straight-line code: this runs for every served op."""
     ns = {"_T": Tensor, "_K": _T1KEY, "_sa": _string_at, "_vd": _vm_dtype, "_am": _args_match,
           "_tensors": _tensors, "_ne": _slow_const_ne}
-    lines = ["def m(args, base):"]
+    lines = ["def m(args, base, toks=None):"]
     if plan.flat:
         lines.append(f"    if len(args) != {plan.nargs}: return 1")
         for n, (i, f) in enumerate(plan.consts):
@@ -252,7 +254,9 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool):
         if len(names) != len(plan.checks):
             lines.append("    return 2")
         for k, (name, want) in enumerate(zip(names, plan.checks)):
-            if type(want) is int:
+            if type(want) is int and want < n_ext:
+                lines.append(f"    if {name}._get_user_data(_K) != toks[{want}]: return 3")
+            elif type(want) is int:
                 lines.append(f"    if {name}._get_user_data(_K) != base + {want}: return 3")
             else:  # a constant: a 0-d tensor of the recorded dtype holding the recorded value
                 value = np.frombuffer(want[0], dtype=dtypes.to_numpy(want[1])).reshape(()).item()
@@ -376,10 +380,16 @@ class RunTemplate:
         # checks no tokens), where its results sit among all results, and (for a run served
         # eagerly, see Tier1.eager_done) which of its results to tag.
         self.names = [plan.name for plan in self.plans]
-        self.matchers = [_make_matcher(plan, j > 0) for j, plan in enumerate(self.plans)]
+        self.matchers = [_make_matcher(plan, j > 0, n_ext) for j, plan in enumerate(self.plans)]
         self.out_pos = [(first_out[j] - n_ext, st.n_out) for j, st in enumerate(self.steps)]
         self.step_tags = [[(k - f, n_ext + k) for k, _ in self.tag_outs if f <= k < f + n]
                           for f, n in self.out_pos]
+        # Every result carries its token when it is handed back (the tensor the user gets is a
+        # copy of the handler's, made with its user data at that moment, so a tag put on the
+        # handler's tensor later would not reach it): a later run finds it by that token
+        # (`Tier1._provenance`) and binds it.
+        self.n_ext = n_ext
+        self.step_all_tags = [[(k, n_ext + f + k) for k in range(n)] for f, n in self.out_pos]
 
 
 class _OpenRun:
@@ -469,9 +479,10 @@ class _Pending:
     """A compiled run being served, or (`eager`) run eagerly without recording (see `Tier1.serve`)."""
 
     __slots__ = ("template", "base", "outs", "rets", "step", "n", "names", "matchers", "t_first",
-                 "size_class", "ctx", "eager", "args", "sized", "svals")
+                 "size_class", "ctx", "eager", "args", "sized", "svals", "toks")
 
-    def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False, svals=None):
+    def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False, svals=None,
+                 toks=None):
         self.template = template
         self.base = base  # the launch's base token (see RunTemplate.plans)
         self.outs = outs  # per step: tuple of Tensors (None when eager)
@@ -487,6 +498,7 @@ class _Pending:
         self.args = None  # eager: the current step's tensor arguments, between serve and eager_done
         self.sized = template.sized_checks or None  # step -> [(argument, scalar)] (see Tier1._lift)
         self.svals = svals  # this call's sized scalars
+        self.toks = toks  # the bound external inputs' tokens (see Tier1._ext_tokens)
 
 
 class Tier1:
@@ -528,7 +540,7 @@ class Tier1:
         j = p.step
         if name != p.names[j]:
             return self._abandon("op_mismatch")
-        r = p.matchers[j](args, p.base)
+        r = p.matchers[j](args, p.base, p.toks)
         if type(r) is int:
             return self._abandon(_FAIL_REASONS[r])
         if p.sized is not None and j in p.sized:
@@ -555,8 +567,9 @@ class Tier1:
         self.last_eager = _perf()
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         base = p.base
-        for k, off in p.template.step_tags[j]:
-            outs[k]._set_user_data(_T1KEY, base + off)
+        for k, off in p.template.step_all_tags[j]:
+            if k < len(outs):
+                outs[k]._set_user_data(_T1KEY, base + off)
         self.hist.append((name, p.args, outs, (), ()))
         p.args = None
         j += 1
@@ -649,10 +662,8 @@ class Tier1:
                 # the switch measures is then MindSpore's own time for them (plus the handler's).
                 on = t.switch.is_on(size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
-                for e in t.tag_ext:
-                    bound[e]._set_user_data(_T1KEY, base + e)
                 p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True,
-                                            svals=svals)
+                                            svals=svals, toks=_ext_tokens(t, bound, base))
                 p.step = 0
                 p.args = tensors
                 return _EAGER
@@ -744,14 +755,14 @@ class Tier1:
             for (_, _, _, arr), v in zip(t.sized, svals):
                 arr[()] = v
         launch.go(ptrs)
-        for e in t.tag_ext:
-            bound[e]._set_user_data(_T1KEY, base + e)
-        for k, off in t.tag_outs:
-            outs[k]._set_user_data(_T1KEY, base + off)
+        toks = _ext_tokens(t, bound, base)
+        off = base + t.n_ext
+        for k, o in enumerate(outs):
+            o._set_user_data(_T1KEY, off + k)
         grouped = [tuple(outs[i:i + n]) for i, n in t.out_pos]
         rets = [outs[i] if n == 1 else g for (i, n), g in zip(t.out_pos, grouped)]
         # A group has at least two steps (end_run drops shorter runs): the rest are served.
-        self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx, svals=svals)
+        self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx, svals=svals, toks=toks)
         self.hist.append((t.names[0], first_args, grouped[0], (), ()))
         return rets[0]
 
@@ -816,7 +827,7 @@ class Tier1:
             if tag in run.ext_tags:
                 srcs.append(("ext", run.ext_tags.index(tag)))
                 continue
-            prov = self._provenance(run, tag, arg_tags if not run.steps else None)
+            prov = self._provenance(run, tag, arg_tags if not run.steps else None, tensor)
             if prov is None and tensor.shape == () and tag is not None:
                 prov = ("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
             if prov is None:
@@ -839,7 +850,7 @@ class Tier1:
         if not run.first_arg_tags and j == 0:
             run.first_arg_tags = arg_tags
 
-    def _provenance(self, run: _OpenRun, tag, first_args):
+    def _provenance(self, run: _OpenRun, tag, first_args, tensor=None):
         if tag is None:
             return None
         if first_args is not None:  # this is the first op: its own arguments
@@ -847,16 +858,25 @@ class Tier1:
         if tag in run.first_arg_tags:
             return ("arg", run.first_arg_tags.index(tag))
         hist = run.hist
+        tok = _MISS
         for d in range(1, len(hist) + 1):
             k, a, o, arg_tags, out_tags = hist[d - 1]
-            if (a or o) and ((not arg_tags and not out_tags) or None in arg_tags or None in out_tags):
-                # A served op (not recorded, so no tags when it ran): its tensors carry the tags the
-                # recorder gave them since (as inputs of later eager ops). Read them now, so that a
-                # run after a served one binds as the same run did after the eager one; a tensor
-                # still untagged is read again at the next look (a later op may tag it yet: the
-                # served mean of a loss, added to another term several ops later).
+            if (a or o) and ((not arg_tags and not out_tags) or None in arg_tags):
+                # An op served or run eagerly by tier 1 (not recorded, so no tags when it ran).
+                # Its arguments are the user's tensors, which carry the tags the recorder gave them
+                # since (as inputs of later eager ops): read them now, so that a run after a served
+                # one binds as the same run did after the eager one (one still untagged is read
+                # again at the next look). Its results are the handler's tensors, of which the
+                # user got copies (with the tier-1 token each carried then, see
+                # RunTemplate.step_all_tags): they are found by that token.
                 arg_tags = [x._get_user_data(_RKEY) for x in a]
-                out_tags = [x._get_user_data(_RKEY) for x in o]
+                if not out_tags and o:
+                    if tok is _MISS:
+                        tok = tensor._get_user_data(_T1KEY) if tensor is not None else None
+                    if tok is not None:
+                        for i, x in enumerate(o):
+                            if x._get_user_data(_T1KEY) == tok:
+                                return ("hist", d, "out", i, k)
                 hist[d - 1] = (k, a, o, arg_tags, out_tags)
             # Only the op's name is kept, not its arguments: those may hold dynamic sizes (a reshape
             # target), which would make a new run key per size. Binding a wrong tensor is harmless:
@@ -1191,6 +1211,23 @@ def _set_kernel_threads(n: int) -> None:
 def _aliases(a, b) -> bool:
     return (a._data_ptr() == b._data_ptr() and tuple(a.shape) == tuple(b.shape)
             and tuple(a.stride()) == tuple(b.stride()) and a.dtype == b.dtype)
+
+
+def _ext_tokens(t: "RunTemplate", bound: list, base: int):
+    """The tokens that later steps check on the bound external inputs: the one a tensor already
+    carries (a result of an earlier launch: the user's copy of it carries the same), else a new one
+    (`base` + e), put on it now. None when no step checks one."""
+    if not t.tag_ext:
+        return None
+    toks = [0] * t.n_tensor_ext
+    for e in t.tag_ext:
+        x = bound[e]
+        tok = x._get_user_data(_T1KEY)
+        if tok is None:
+            tok = base + e
+            x._set_user_data(_T1KEY, tok)
+        toks[e] = tok
+    return toks
 
 
 def _run_key(run: _OpenRun) -> tuple:

@@ -267,6 +267,32 @@ def test_integer_and_bool_ops(cache):
         assert_close(k([ai, bi]), reference(fn, [ai, bi]))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i32"])
+def test_bias_add_along_an_axis(cache, dtype):
+    """bias_add adds a 1-D bias along one axis (channels of NCHW: axis 1; Dense: the last), not by
+    right-aligned broadcasting; fused with what follows, over symbolic sizes and strided inputs."""
+    g = G()
+    x4, b4 = g.param(dtype, (B, 3, 4, 5)), g.param(dtype, (3,))
+    x2, b2 = g.param(dtype, (B, 7)), g.param(dtype, (7,))
+    y4 = g.op("bias_add", x4, b4, axis=1)
+    g.op("relu", y4)
+    g.op("sum", y4, axis=(1,))
+    g.op("bias_add", x2, b2, axis=-1)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    rng = np.random.default_rng(7)
+    npdt = groups.np_dtype(dtype)
+    for n in (2, 3, 5):  # (a symbolic dim is >= 2: sizes 0 and 1 are specialised)
+        a4 = (rng.standard_normal((n, 3, 4, 5)) * 4).astype(npdt)
+        a4s = np.asfortranarray(a4)
+        c4 = (rng.standard_normal(3) * 4).astype(npdt)
+        a2 = (rng.standard_normal((n, 7)) * 4).astype(npdt)
+        c2 = (rng.standard_normal(7) * 4).astype(npdt)
+        got = k([a4s, c4, a2, c2])
+        assert_close(got, reference(fn, [a4, c4, a2, c2]), dtype)
+        np.testing.assert_array_equal(got[0], (a4 + c4.reshape(1, 3, 1, 1)).astype(npdt))
+
+
 def test_zero_size_and_rank0(cache):
     g = G()
     x, y = g.param("f32", (0, 4)), g.param("f32", ())
