@@ -601,3 +601,28 @@ def test_an_op_with_tensors_in_a_list_ends_a_run(tmp_path, monkeypatch):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
     assert st["fused_ops"] > 0, st
     assert not any("unsupported" in k or "error" in k for k in st["fallbacks"]), st["fallbacks"]
+
+
+def test_a_served_result_is_bound_by_a_later_group(ref_backend):
+    """A group's input that is the result of an earlier served group (a loss term added to another
+    later): the user holds a copy of the tensor the handler returned, so it is found by the launch
+    token that copy inherited; the later group binds and is served, no input mismatch."""
+    ms_dynvm.enable(compile_policy="threshold")
+    rng = np.random.default_rng(0)
+    w = ms.Tensor(rng.standard_normal((8,)).astype(np.float32))
+    got = []
+    for _ in range(6):
+        x = ms.Tensor(rng.standard_normal((5, 8)).astype(np.float32))
+        a = ((x - 1.0) ** 2).mean()
+        h = ops.matmul(x, w)  # not fusible: the groups are (sub, pow, mean) and (abs, mean, muls, add)
+        c = ops.abs(h).mean() * 0.5 + a
+        got.append((c.asnumpy(), x.asnumpy()))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    wn = w.asnumpy()
+    for c, xr in got:
+        want = np.abs(xr @ wn).mean() * 0.5 + ((xr - 1.0) ** 2).mean()
+        np.testing.assert_allclose(c, want, rtol=1e-5)
+    assert "tier1: input_mismatch" not in st["fallbacks"], st["fallbacks"]
+    assert not st["guard_failures"], st["guard_failures"]
+    assert st["fused_ops"] >= 2 * 7, st  # both groups served at least twice
