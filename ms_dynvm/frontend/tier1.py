@@ -227,7 +227,7 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
     tensor's identity: a result of the launch carries `base` + its offset, external input e (e <
     `n_ext`) the token `toks[e]` it carried when bound (see `Tier1._ext_tokens`), a constant its
     bytes. Straight-line code: this runs for every served op."""
-    ns = {"_T": Tensor, "_K": _T1KEY, "_sa": _string_at, "_vd": _vm_dtype, "_am": _args_match,
+    ns = {"_T": Tensor, "_K": _T1KEY, "_R": _RKEY, "_sa": _string_at, "_vd": _vm_dtype, "_am": _args_match,
           "_tensors": _tensors, "_ne": _slow_const_ne}
     lines = ["def m(args, base, toks=None):"]
     if plan.flat:
@@ -255,7 +255,9 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
             lines.append("    return 2")
         for k, (name, want) in enumerate(zip(names, plan.checks)):
             if type(want) is int and want < n_ext:
-                lines.append(f"    if {name}._get_user_data(_K) != toks[{want}]: return 3")
+                # A token, or a recorder tag (a tuple: see `_ext_tokens`).
+                lines.append(f"    v = toks[{want}]")
+                lines.append(f"    if {name}._get_user_data(_R if type(v) is tuple else _K) != v: return 3")
             elif type(want) is int:
                 lines.append(f"    if {name}._get_user_data(_K) != base + {want}: return 3")
             else:  # a constant: a 0-d tensor of the recorded dtype holding the recorded value
@@ -519,6 +521,7 @@ class Tier1:
         self._serial = 0
         self._warned = False
         self.last_eager = 0.0  # perf_counter when an op last ran eagerly
+        self._rtags = None  # set by _bind (see _ext_tokens)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
@@ -663,7 +666,7 @@ class Tier1:
                 on = t.switch.is_on(size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
                 p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True,
-                                            svals=svals, toks=_ext_tokens(t, bound, base))
+                                            svals=svals, toks=_ext_tokens(t, bound, base, self._rtags))
                 p.step = 0
                 p.args = tensors
                 return _EAGER
@@ -718,6 +721,7 @@ class Tier1:
         out = []
         hist = self.hist
         n_args = len(first_args)
+        self._rtags = rtags = None
         for prov in t.ext_tensors:
             if prov[0] == "arg":
                 if prov[1] >= n_args:
@@ -734,6 +738,11 @@ class Tier1:
                 if i >= len(seq):
                     return None
                 out.append(seq[i])
+                if kind == "out" and h[4] and h[4][i] is not None:
+                    # A recorded op's result: the script's copy of it carries this recorder tag.
+                    if rtags is None:
+                        self._rtags = rtags = {}
+                    rtags[len(out) - 1] = h[4][i]
         out.extend(t.const_arrays)
         return out
 
@@ -755,7 +764,7 @@ class Tier1:
             for (_, _, _, arr), v in zip(t.sized, svals):
                 arr[()] = v
         launch.go(ptrs)
-        toks = _ext_tokens(t, bound, base)
+        toks = _ext_tokens(t, bound, base, self._rtags)
         off = base + t.n_ext
         for k, o in enumerate(outs):
             o._set_user_data(_T1KEY, off + k)
@@ -1213,14 +1222,20 @@ def _aliases(a, b) -> bool:
             and tuple(a.stride()) == tuple(b.stride()) and a.dtype == b.dtype)
 
 
-def _ext_tokens(t: "RunTemplate", bound: list, base: int):
-    """The tokens that later steps check on the bound external inputs: the one a tensor already
-    carries (a result of an earlier launch: the user's copy of it carries the same), else a new one
-    (`base` + e), put on it now. None when no step checks one."""
+def _ext_tokens(t: "RunTemplate", bound: list, base: int, rtags):
+    """What later steps check on the bound external inputs (None when no step checks one). The
+    tensors a script holds are copies of the handler's results, made with the user data those had
+    when they were handed back; so for a result of a recorded op (`rtags`: input -> the recorder
+    tag it got then) its recorder tag; for a tensor with a token (a result of a launch or of a
+    group run eagerly, tagged before it was handed back) that token; else (an argument: the
+    script's own tensor) a new token, `base` + e, put on it now."""
     if not t.tag_ext:
         return None
     toks = [0] * t.n_tensor_ext
     for e in t.tag_ext:
+        if rtags is not None and e in rtags:
+            toks[e] = rtags[e]
+            continue
         x = bound[e]
         tok = x._get_user_data(_T1KEY)
         if tok is None:

@@ -626,3 +626,36 @@ def test_a_served_result_is_bound_by_a_later_group(ref_backend):
     assert "tier1: input_mismatch" not in st["fallbacks"], st["fallbacks"]
     assert not st["guard_failures"], st["guard_failures"]
     assert st["fused_ops"] >= 2 * 7, st  # both groups served at least twice
+
+
+def test_an_eager_result_made_before_the_group_is_bound_and_checked(ref_backend):
+    """A group's later step reads the result of an eager op that ran before the group's first op
+    (bound from the history): the script's copy of that result is recognised by the recorder tag it
+    was handed back with, so the group is served; a different tensor there is still refused."""
+    ms_dynvm.enable(compile_policy="threshold")
+    rng = np.random.default_rng(1)
+    w = ms.Tensor(rng.standard_normal((6, 6)).astype(np.float32))
+    got = []
+    for b in (3,) * 8 + (4,) * 4:
+        x = ms.Tensor(rng.standard_normal((b, 6)).astype(np.float32))
+        x2 = ms.Tensor(rng.standard_normal((b, 6)).astype(np.float32))
+        h = ops.matmul(x, w)  # eager (not fusible)
+        z = ops.exp(x2) * h - 1.0  # group (exp, mul, sub): h comes from the history
+        got.append((z.asnumpy(), x.asnumpy(), x2.asnumpy()))
+    st = ms_dynvm.stats()
+    # The same op sequence with another tensor in h's place: not the bound one, so not served.
+    x = ms.Tensor(rng.standard_normal((3, 6)).astype(np.float32))
+    x2 = ms.Tensor(rng.standard_normal((3, 6)).astype(np.float32))
+    other = ms.Tensor(rng.standard_normal((3, 6)).astype(np.float32))
+    ms_dynvm.enable(compile_policy="threshold")
+    _ = ops.matmul(x, w)
+    z_other = (ops.exp(x2) * other - 1.0).asnumpy()
+    st2 = ms_dynvm.stats()
+    ms_dynvm.disable()
+    wn = w.asnumpy()
+    for z, xr, x2r in got:
+        np.testing.assert_allclose(z, np.exp(x2r) * (xr @ wn) - 1.0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(z_other, np.exp(x2.asnumpy()) * other.asnumpy() - 1.0, rtol=1e-5, atol=1e-5)
+    assert "tier1: input_mismatch" not in st["fallbacks"], st["fallbacks"]
+    assert st["fused_ops"] >= 3 * 3, st
+    assert st2["fallbacks"].get("tier1: input_mismatch", 0) + st2["guard_failures"].get("unbindable_input", 0) >= 1, st2
