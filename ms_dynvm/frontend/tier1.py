@@ -928,15 +928,19 @@ class Tier1:
             # get a group each, up to MAX_VARIANTS.
             vkey = (tuple(s.key[0] for s in run.steps), tuple(s.srcs for s in run.steps),
                     tuple(p[:1] if p[0] == "const" else p for p in run.ext))
-            t = self._lifted_for(vkey, run)
+            types = self.recorder.program.types
+            # The same op sequence over inputs of other ranks or dtypes (another model) is
+            # another family of sized scalars.
+            lkey = (vkey, tuple((types[r].dtype, len(types[r].shape)) if r is not None else None
+                                for r in run.ext_regs))
+            t = self._lifted_for(lkey, run)
             if t is None:
                 prof = self._profile(run)
-                first = self.profiles.get(vkey)
-                if first is None:
-                    if prof is not None:
-                        self.profiles[vkey] = prof
-                else:
-                    t = self._lift(vkey, first, prof, run)
+                last = self.profiles.get(lkey)
+                if last is not None:
+                    t = self._lift(lkey, last, prof, run)
+                if t is None and prof is not None:
+                    self.profiles[lkey] = prof  # the next run is compared with this one
             if t is None:
                 n = self.variants.get(vkey, 0)
                 if n >= MAX_VARIANTS:

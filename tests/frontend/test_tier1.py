@@ -659,3 +659,22 @@ def test_an_eager_result_made_before_the_group_is_bound_and_checked(ref_backend)
     assert "tier1: input_mismatch" not in st["fallbacks"], st["fallbacks"]
     assert st["fused_ops"] >= 3 * 3, st
     assert st2["fallbacks"].get("tier1: input_mismatch", 0) + st2["guard_failures"].get("unbindable_input", 0) >= 1, st2
+
+
+def test_sized_scalars_of_one_op_sequence_over_inputs_of_another_rank(ref_backend):
+    """The same op sequence in two models (inputs of rank 2, then of rank 3): each gets its own
+    group with sized scalars, neither ends up as 'too many variants'."""
+    ms_dynvm.enable(compile_policy="threshold")
+    rng = np.random.default_rng(2)
+    got = []
+    for shape_of in (lambda b: (b, 10), lambda b: (b, 3, 4)):
+        for b in (3, 5, 4, 7, 2, 6, 9, 8):
+            x = ms.Tensor(rng.standard_normal(shape_of(b)).astype(np.float32))
+            n = float(np.prod(shape_of(b)))
+            got.append(((ops.exp(x / n) * 2.0).asnumpy(), x.asnumpy(), n))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, n in got:
+        np.testing.assert_allclose(y, np.exp(xr / np.float32(n)) * 2.0, rtol=1e-6)
+    assert st["sized_groups"] == 2, st
+    assert "tier1: too many variants (scalar arguments change)" not in st["fallbacks"], st["fallbacks"]
