@@ -130,7 +130,7 @@ def c_op(op: Op, ct: str) -> str:
     one = "1.0f" if ct == "f32" else "1.0" if ct == "f64" else f"(({T})1)"
     if fn == "cast":
         return _c_cast(x, op.attr("src"), op.attr("dst"))
-    if fn == "round":
+    if fn == "round_to":
         return f"(float)(_Float16)({x})" if op.attr("dst") == "f16" else f"dvm_bf16({x})"
     if fn == "size":
         return c_ix(op.attr("ix"))

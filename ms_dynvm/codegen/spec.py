@@ -426,7 +426,7 @@ class _Lower:
     def rounded(self, var: str, dtype: str) -> str:
         """Round an f32-computed result to its f16/bf16 dtype."""
         if dtype in ROUNDED:
-            return self.op("f32", "round", var, dst=dtype)
+            return self.op("f32", "round_to", var, dst=dtype)
         return var
 
     def operand(self, a, dtype: str, idx_of) -> str:

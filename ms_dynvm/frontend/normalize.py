@@ -684,7 +684,18 @@ def _expand_dims(a, prim):
 @_in_order
 def _squeeze(a, prim):
     x, axis = a
-    return ("squeeze", (_t(x),), {"axis": _axes(axis)})
+    axes = _axes(axis)
+    if axes is not None:
+        # MindSpore leaves a named dim that is not 1 in place (`mint.squeeze(x, 1)` on [3, 2] is
+        # [3, 2]): only the dims of size 1 are squeezed.
+        shape = tuple(_t(x).shape)
+        rank = len(shape)
+        if rank and all(-rank <= ax < rank for ax in axes):
+            kept = tuple(ax for ax in axes if shape[ax % rank] == 1)
+            if not kept:
+                return ("reshape", (_t(x),), {"shape": shape})
+            axes = kept
+    return ("squeeze", (_t(x),), {"axis": axes})
 
 
 @_in_order

@@ -837,7 +837,7 @@ class Tier1:
                 srcs.append(("ext", run.ext_tags.index(tag)))
                 continue
             prov = self._provenance(run, tag, arg_tags if not run.steps else None, tensor)
-            if prov is None and tensor.shape == () and tag is not None:
+            if prov is None and tensor.shape == () and tag is not None and _vm_dtype(tensor) != "bf16":
                 prov = ("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
             if prov is None:
                 # Not bindable at the first op: split the run here and start again at this op.
@@ -1131,6 +1131,13 @@ class Tier1:
     def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
         from ms_dynvm import codegen
 
+        if any(ty.dtype == "bf16" for ty in fn.types.values()):
+            # The C backend holds bfloat16 in float32 storage (NumPy has no bfloat16), while every
+            # value of a group crosses the MindSpore boundary (inputs, and each op's result) as
+            # 2-byte bfloat16: such groups run eagerly.
+            t.stats.failed = True
+            METRICS.fallbacks["tier1: unsupported (bfloat16 tensors)"] += 1
+            return
         fn, sig = generalize(fn, sig, t.family)
         ok, why = codegen.supports(fn)
         if not ok:

@@ -208,9 +208,10 @@ def _axes(axis, rank: int) -> tuple[int, ...]:
 
 def _round_bf16(a: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even), held in float32."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
+    a = np.array(a, dtype=np.float32, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
     bits = a.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    u = np.uint64  # typed constants: a Python int with a 0-d uint64 would promote to float64
+    rounded = ((bits + u(0x7FFF) + ((bits >> u(16)) & u(1))) & u(0xFFFF0000)).astype(np.uint32).view(np.float32)
     return np.where(np.isnan(a), a, rounded).astype(np.float32)
 
 

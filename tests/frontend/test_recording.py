@@ -82,3 +82,40 @@ def test_addn_is_a_chain_of_adds_bit_equal_to_mindspore():
     assert [i.op for b in rec.program.blocks for i in b.instrs] == ["add"] * 5
     got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
     assert np.array_equal(got[rec.output_index(y)], y.asnumpy())
+
+
+def test_squeeze_of_a_dim_that_is_not_1_is_a_no_op_as_in_mindspore():
+    """`mint.squeeze(x, 1)` on [3, 2] gives [3, 2] in MindSpore; the recorded program (and the
+    interpreter) agree, and a dim that is 1 among the named ones is still squeezed."""
+    from mindspore import mint
+
+    x = ms.Tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    x1 = ms.Tensor(np.arange(6, dtype=np.float32).reshape(3, 1, 2))
+    with ms_dynvm.record() as rec:
+        y = mint.squeeze(x, 1) * 2
+        z = mint.squeeze(x1, (0, 1)) + 1  # dim 0 (3) stays, dim 1 (1) goes
+    assert y.shape == (3, 2) and z.shape == (3, 2)
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    assert np.array_equal(got[rec.output_index(y)], y.asnumpy())
+    assert np.array_equal(got[rec.output_index(z)], z.asnumpy())
+
+
+def test_bfloat16_groups_run_eagerly_and_keep_their_dtype():
+    """The C backend holds bfloat16 as float32, so a group with bfloat16 values is not compiled (counted);
+    results keep MindSpore's dtype and values, a bfloat16 scalar constant records without error."""
+    from mindspore import ops
+
+    ms_dynvm.disable()
+    ms_dynvm.reset_stats()
+    x = ms.Tensor(np.array([[1.0, -2.0], [3.0, 4.5]], np.float32)).astype(ms.bfloat16)
+    want = ((x / 0.5) * x + 2).float().asnumpy()
+    ms_dynvm.enable(compile_policy="threshold", compile_threshold=1)
+    outs = [(x / 0.5) * x + 2 for _ in range(4)]
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y in outs:
+        assert y.dtype == ms.bfloat16
+        assert np.array_equal(y.float().asnumpy(), want)
+    assert st["fallbacks"].get("tier1: unsupported (bfloat16 tensors)", 0) >= 1, st["fallbacks"]
+    assert not st["record_errors"], st["record_errors"]
+    assert not any("error" in k for k in st["fallbacks"]), st["fallbacks"]

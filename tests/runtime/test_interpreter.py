@@ -1291,3 +1291,12 @@ def test_softmax_rows_with_nan_and_inf_match_mindspore(mst, op, axis, dtype):
         np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs), err_msg=f"{bad}")
         np.testing.assert_allclose(ours.astype(np.float64), theirs.astype(np.float64), rtol=2e-3, atol=1e-6,
                                    equal_nan=True, err_msg=f"{bad}")
+
+
+def test_round_bf16_keeps_the_shape_of_a_0d_array():
+    from ms_dynvm.runtime.interpreter import _round_bf16
+
+    r = _round_bf16(np.array(1.00390625, np.float32))  # a tie: rounds to even (1.0)
+    assert r.shape == () and r == 1.0
+    v = _round_bf16(np.array([1.00390625, 1.01171875, np.nan], np.float32))
+    assert v.shape == (3,) and v[0] == 1.0 and v[1] == 1.015625 and np.isnan(v[2])
