@@ -885,6 +885,9 @@ def _gather(args, attrs):
 @_impl("gather_d")
 def _gather_d(args, attrs):
     x, idx = args
+    if x.ndim == 0:  # MindSpore takes dim 0 (or -1) of a 0-d tensor as of a 1-element one
+        _norm_axis(attrs["dim"], 1)
+        return _gather_d([x.reshape(1), np.asarray(idx).reshape(1)], {"dim": 0}).reshape(())
     dim = _norm_axis(attrs["dim"], x.ndim)
     idx = _check_index("gather_d", idx, x.shape[dim], True)
     xs = x[tuple(slice(None) if i == dim else slice(0, n) for i, n in enumerate(idx.shape))]

@@ -119,3 +119,22 @@ def test_bfloat16_groups_run_eagerly_and_keep_their_dtype():
     assert st["fallbacks"].get("tier1: unsupported (bfloat16 tensors)", 0) >= 1, st["fallbacks"]
     assert not st["record_errors"], st["record_errors"]
     assert not any("error" in k for k in st["fallbacks"]), st["fallbacks"]
+
+
+def test_addcmul_casts_its_value_to_the_dtype_of_x_and_gather_d_on_0d():
+    """Legacy Addcmul multiplies by the value cast to x's dtype (int32 x: 0.5 -> 0, 1.7 -> 1); the
+    recorded program reproduces eager for int32 and float16. gather_d on a 0-d tensor (dim 0)."""
+    from mindspore import mint, ops
+
+    xi = ms.Tensor(np.array([[-3, 1, 2, 5, -5, 4]], np.int32))
+    xh = ms.Tensor(np.array([1.5, 2.5, -3.25], np.float16))
+    s = ms.Tensor(np.array(2.5, np.float32))
+    with ms_dynvm.record() as rec:
+        outs = [ops.addcmul(xi, xi, xi, value=v) for v in (0.5, 1.7, -1.7)]
+        outs.append(ops.addcmul(xh, xh, xh, value=0.1))
+        outs.append(mint.gather(s * 2, 0, ms.Tensor(np.array(0, np.int64))))
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    for y in outs:
+        g = got[rec.output_index(y)]
+        assert g.dtype == y.asnumpy().dtype and g.shape == y.shape
+        assert np.array_equal(g, y.asnumpy()), (g, y)
