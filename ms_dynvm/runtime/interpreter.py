@@ -65,7 +65,7 @@ Deliberate deviations from MindSpore CPU (kernel artefacts the VM does not copy)
   along other axes follows IEEE (the whole row NaN), as MindSpore does. Not copied: MindSpore's
   log_softmax along a non-last axis gives some such rows wholly NaN ([-inf, -inf, 5, nan]), and with
   several such rows in one tensor its float32 softmax sometimes zeroes other rows as well.
-- softplus(NaN) is NaN (MindSpore: inf); mish is overflow-safe (MindSpore: NaN for x >= ~90 and for
+- softplus(NaN) is NaN (MindSpore: inf); mish is overflow-safe (MindSpore: NaN for x >= ~44 and for
   +-inf); relu6(NaN) is 0 (MindSpore: 0 or NaN depending on the position in its vector loop).
 - maximum/minimum propagate NaN (MindSpore does for equal shapes with more than one element, but may
   return the other operand when one operand has one element or broadcasts).
@@ -782,7 +782,12 @@ def _softmax_cross_entropy(args, attrs):
 # --- views -------------------------------------------------------------------------------------
 @_impl("reshape")
 def _reshape(args, attrs):
-    return args[0].reshape(tuple(attrs["shape"])).copy()
+    shape = tuple(attrs["shape"])
+    x = args[0]
+    if x.size == 0 and -1 in shape and 0 in shape:
+        # NumPy refuses (the -1 is ambiguous); MindSpore makes it 0 ([0, 3] -> (0, -1) is [0, 0]).
+        shape = tuple(0 if d == -1 else d for d in shape)
+    return x.reshape(shape).copy()
 
 
 @_impl("transpose")

@@ -1300,3 +1300,10 @@ def test_round_bf16_keeps_the_shape_of_a_0d_array():
     assert r.shape == () and r == 1.0
     v = _round_bf16(np.array([1.00390625, 1.01171875, np.nan], np.float32))
     assert v.shape == (3,) and v[0] == 1.0 and v[1] == 1.015625 and np.isnan(v[2])
+
+
+def test_reshape_of_an_empty_tensor_with_minus_one():
+    from ms_dynvm.runtime.interpreter import _reshape
+
+    assert _reshape([np.zeros((0, 3), np.float32)], {"shape": (0, -1)}).shape == (0, 0)  # as MindSpore
+    assert _reshape([np.zeros((0, 3), np.float32)], {"shape": (-1, 3)}).shape == (0, 3)
