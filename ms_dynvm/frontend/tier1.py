@@ -132,6 +132,7 @@ def _has_tensor_sequence(args) -> bool:
 
 
 _ATOMS = (int, float, bool, str, type(None))
+_CONSTS = ("const", "sized")  # provenances of external inputs that are constants (0-d arrays)
 SIZED = "<sized scalar>"  # in a step key: a float argument that is a function of the sizes (see _lift)
 
 
@@ -229,7 +230,7 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
     bytes. Straight-line code: this runs for every served op."""
     ns = {"_T": Tensor, "_K": _T1KEY, "_R": _RKEY, "_sa": _string_at, "_vd": _vm_dtype, "_am": _args_match,
           "_tensors": _tensors, "_ne": _slow_const_ne}
-    lines = ["def m(args, base, toks=None):"]
+    lines = ["def m(args, base, toks=None, svals=None):"]
     if plan.flat:
         lines.append(f"    if len(args) != {plan.nargs}: return 1")
         for n, (i, f) in enumerate(plan.consts):
@@ -260,6 +261,10 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
                 lines.append(f"    if {name}._get_user_data(_R if type(v) is tuple else _K) != v: return 3")
             elif type(want) is int:
                 lines.append(f"    if {name}._get_user_data(_K) != base + {want}: return 3")
+            elif want[0] == "sized":  # a 0-d tensor holding this launch's sized scalar want[1]
+                ns[f"d{k}"] = _ms_dtype(want[2])
+                lines.append(f"    if {name}.shape != () or {name}._dtype is not d{k} "
+                             f"or {name}._item() != svals[{want[1]}]: return 4")
             else:  # a constant: a 0-d tensor of the recorded dtype holding the recorded value
                 value = np.frombuffer(want[0], dtype=dtypes.to_numpy(want[1])).reshape(()).item()
                 ms_dtype = _ms_dtype(want[1])
@@ -335,8 +340,8 @@ class RunTemplate:
     def __post_init__(self) -> None:
         # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
         # the steps' ("ext", e) sources renumbered, so that kernel parameter e is bound input e.
-        order = ([e for e, p in enumerate(self.ext) if p[0] != "const"]
-                 + [e for e, p in enumerate(self.ext) if p[0] == "const"])
+        order = ([e for e, p in enumerate(self.ext) if p[0] not in _CONSTS]
+                 + [e for e, p in enumerate(self.ext) if p[0] in _CONSTS])
         if order != list(range(len(self.ext))):
             new_index = {old: new for new, old in enumerate(order)}
             self.ext = [self.ext[e] for e in order]
@@ -345,9 +350,12 @@ class RunTemplate:
             self.ext_order = order
         else:
             self.ext_order = None
-        self.n_tensor_ext = sum(1 for p in self.ext if p[0] != "const")
+        self.n_tensor_ext = sum(1 for p in self.ext if p[0] not in _CONSTS)
         self.ext_tensors = self.ext[:self.n_tensor_ext]
+        # ("sized", k, dtype): a constant whose value is sized scalar k (see Tier1._lift), written
+        # at each launch.
         self.const_arrays = [np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).copy()
+                             if p[0] == "const" else np.zeros((), dtypes.to_numpy(p[2]))
                              for p in self.ext[self.n_tensor_ext:]]
         self.first_alias = [(i, self.ext[src[1]][1]) for i, src in enumerate(self.steps[0].srcs)
                             if src[0] == "ext" and self.ext[src[1]][0] == "arg"
@@ -370,6 +378,8 @@ class RunTemplate:
                 elif self.ext[src[1]][0] == "const":
                     prov = self.ext[src[1]]
                     checks.append((prov[1], prov[2]))
+                elif self.ext[src[1]][0] == "sized":
+                    checks.append(self.ext[src[1]])
                 else:
                     checks.append(src[1])
             self.plans.append(_StepPlan(st, tuple(checks)))
@@ -514,6 +524,9 @@ class Tier1:
         self.variants: dict = {}  # key without scalar arguments -> templates made (MAX_VARIANTS)
         self.profiles: dict = {}  # key without scalar arguments -> its first run's scalars (_lift)
         self.lifted: dict = {}  # key without scalar arguments -> its template with sized scalars
+        # (names of the steps before, op name, tensor argument): 0-d arguments there changed value
+        # from run to run, and not with the sizes (a loss value): not constants (_mark_data_consts).
+        self.data_consts: set = set()
         self.starts: dict = {}  # first op name -> [RunTemplate with kernels]
         self.hist: deque = deque(maxlen=HISTORY)  # see _push_hist; newest last
         self.run: _OpenRun | None = None
@@ -543,7 +556,7 @@ class Tier1:
         j = p.step
         if name != p.names[j]:
             return self._abandon("op_mismatch")
-        r = p.matchers[j](args, p.base, p.toks)
+        r = p.matchers[j](args, p.base, p.toks, p.svals)
         if type(r) is int:
             return self._abandon(_FAIL_REASONS[r])
         if p.sized is not None and j in p.sized:
@@ -761,8 +774,8 @@ class Tier1:
             outs.append(_from_numpy(a))  # C-contiguous: Tensor.from_numpy minus its checks
             ptrs.append(ptr)
         if svals is not None:  # the sized scalars' kernel inputs (0-d arrays at fixed addresses)
-            for (_, _, _, arr), v in zip(t.sized, svals):
-                arr[()] = v
+            for sz, v in zip(t.sized, svals):
+                sz[3][()] = v
         launch.go(ptrs)
         toks = _ext_tokens(t, bound, base, self._rtags)
         off = base + t.n_ext
@@ -837,7 +850,9 @@ class Tier1:
                 srcs.append(("ext", run.ext_tags.index(tag)))
                 continue
             prov = self._provenance(run, tag, arg_tags if not run.steps else None, tensor)
-            if prov is None and tensor.shape == () and tag is not None and _vm_dtype(tensor) != "bf16":
+            if (prov is None and tensor.shape == () and tag is not None and _vm_dtype(tensor) != "bf16"
+                    and not (self.data_consts
+                             and (tuple(s.key[0] for s in run.steps), key[0], len(srcs)) in self.data_consts)):
                 prov = ("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
             if prov is None:
                 # Not bindable at the first op: split the run here and start again at this op.
@@ -934,15 +949,23 @@ class Tier1:
             lkey = (vkey, tuple((types[r].dtype, len(types[r].shape)) if r is not None else None
                                 for r in run.ext_regs))
             t = self._lifted_for(lkey, run)
+            n = self.variants.get(vkey, 0)
             if t is None:
-                prof = self._profile(run)
                 last = self.profiles.get(lkey)
-                if last is not None:
-                    t = self._lift(lkey, last, prof, run)
-                if t is None and prof is not None:
-                    self.profiles[lkey] = prof  # the next run is compared with this one
-            if t is None:
-                n = self.variants.get(vkey, 0)
+                if last is not False:  # False: given up on this sequence (below)
+                    prof = self._profile(run)
+                    if last is not None:
+                        t = self._lift(lkey, last, prof, run)
+                        if t is None and prof is not None:
+                            self._mark_data_consts(run, last, prof)
+                    if t is None:
+                        # The next run is compared with this one, until the variants run out.
+                        self.profiles[lkey] = prof if n < MAX_VARIANTS and prof is not None else False
+            if t is not None:
+                # This key (scalars and constants included) is the sized group's from now on; its
+                # values are checked at every launch anyway.
+                self.templates[key] = t
+            else:
                 if n >= MAX_VARIANTS:
                     METRICS.fallbacks["tier1: too many variants (scalar arguments change)"] += 1
                     return
@@ -1013,8 +1036,9 @@ class Tier1:
     # scalar rounded to its own dtype, which is what a 0-d input of that dtype holds).
 
     def _profile(self, run: _OpenRun):
-        """What `_lift` compares: the body's ops, its float immediates (position, value), the steps'
-        keys, instructions per step, the tensor inputs' shapes (template order), result dtypes."""
+        """What `_lift` compares: the body's ops, its float immediates (position, value), their
+        instructions' result dtypes, the steps' keys, instructions per step, the tensor inputs'
+        shapes and the constants' values (template order), the inputs' descriptions, the run key."""
         if len(run.step_instrs) != len(run.steps):
             return None
         types = self.recorder.program.types
@@ -1028,27 +1052,30 @@ class Tier1:
                 if type(a) is float:
                     imms[(ii, ai)] = a
                     dts[ii] = types[ins.outs[0]].dtype if ins.outs else None
-        order = [e for e, p in enumerate(run.ext) if p[0] != "const"]
+        order = [e for e, p in enumerate(run.ext) if p[0] not in _CONSTS]
         shapes = [tuple(types[run.ext_regs[e]].shape) if run.ext_regs[e] is not None else None
                   for e in order]
+        consts = [(p[2], np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).item())
+                  for p in run.ext if p[0] == "const"]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout)
                  for r in run.ext_regs if r is not None]
         return (tuple(i.op for i in body), imms, dts, tuple(s.key for s in run.steps),
-                tuple(run.step_instrs), shapes, descs, _run_key(run))
+                tuple(run.step_instrs), shapes, consts, descs, _run_key(run))
 
     def _lift(self, vkey, first, prof, run: _OpenRun):
         """The template with sized scalars for the runs of profiles `first` and `prof` (that of
         `run`), or None."""
-        if prof is None or first[0] != prof[0] or first[1].keys() != prof[1].keys() or first[4] != prof[4]:
+        if (prof is None or first[0] != prof[0] or first[1].keys() != prof[1].keys()
+                or first[4] != prof[4] or len(first[6]) != len(prof[6])):
             return None
-        ops, imms1, dts, keys1, ninstr, shapes1, descs1, _ = first
-        _, imms2, _, keys2, _, shapes2, _, _ = prof
+        ops, imms1, dts, keys1, ninstr, shapes1, consts1, descs1, _ = first
+        _, imms2, _, keys2, _, shapes2, consts2, _, _ = prof
         if None in shapes1 or None in shapes2 or len(shapes1) != len(shapes2):
             return None
         step_of = []
         for j, n in enumerate(ninstr):
             step_of.extend([j] * n)
-        lifted = []  # (step, argument, instruction, operand, dtype, input, axes, kind)
+        lifted = []  # immediates: (step, argument, instruction, operand, dtype, input, axes, kind)
         for pos, v1 in imms1.items():
             v2 = imms2[pos]
             if v1 == v2 or (v1 != v1 and v2 != v2):
@@ -1067,7 +1094,20 @@ class Tier1:
             if arg is None or expr is None:
                 return None
             lifted.append((j, arg, ii, ai, dt) + expr)
-        if not lifted:
+        sized_consts = []  # (constant index, dtype, input, axes, kind)
+        for c, ((dt, v1), (dt2, v2)) in enumerate(zip(consts1, consts2)):
+            if dt != dt2:
+                return None
+            if v1 == v2 or (v1 != v1 and v2 != v2):
+                continue
+            if dt not in ("f16", "f32", "f64"):
+                return None
+            npdt = np.dtype(dtypes.to_numpy(dt)).type
+            expr = _size_expr(v1, v2, shapes1, shapes2, lambda v, npdt=npdt: float(npdt(v)))
+            if expr is None:
+                return None
+            sized_consts.append((c, dt) + expr)
+        if not lifted and not sized_consts:
             return None
         lifted_args = {(x[0], x[1]) for x in lifted}
         # Every other argument must be equal: the steps' keys with the sized ones marked.
@@ -1077,16 +1117,26 @@ class Tier1:
         if marked(keys1) != marked(keys2):
             return None
         steps = [Step(k, st.srcs, st.n_out) for k, st in zip(marked(keys2), run.steps)]
-        t = RunTemplate(("sized",) + marked(keys2), steps, run.ext)
-        t.sized = [(e, axes, kind, np.zeros((), dtypes.to_numpy(dt)))
-                   for _, _, _, _, dt, e, axes, kind in lifted]
-        t.const_arrays = t.const_arrays + [arr for _, _, _, arr in t.sized]
+        # Sized constants: their provenance says which sized scalar they hold (after the immediates).
+        ext = list(run.ext)
+        const_pos = [e for e, p in enumerate(ext) if p[0] == "const"]
+        for k, (c, dt, _, _, _) in enumerate(sized_consts):
+            ext[const_pos[c]] = ("sized", len(lifted) + k, dt)
+        t = RunTemplate(("sized",) + marked(keys2), steps, ext)
+        sized = [(e, axes, kind, np.zeros((), dtypes.to_numpy(dt)), False)
+                 for _, _, _, _, dt, e, axes, kind in lifted]
+        t.const_arrays = t.const_arrays + [x[3] for x in sized]
+        # The constants' arrays, in the template's constant order (constants keep their order).
+        const_arrays = t.const_arrays
+        for c, dt, e, axes, kind in sized_consts:
+            sized.append((e, axes, kind, const_arrays[c], True))
+        t.sized = sized
         checks: dict = {}
         for k, x in enumerate(lifted):
             checks.setdefault(x[0], []).append((x[1], k))
         t.sized_checks = checks
         t.sized_operands = [(ii, ai, dt) for _, _, ii, ai, dt, _, _, _ in lifted]
-        t.profile = prof[:6]
+        t.profile = prof[:7]
         # Both runs seen so far teach the family which dims change.
         extra = [InputDesc(dt, (), "contiguous") for _, _, dt in t.sized_operands]
         if t.ext_order is not None:
@@ -1100,13 +1150,33 @@ class Tier1:
         METRICS.sized_groups += 1
         return t
 
+    def _mark_data_consts(self, run: _OpenRun, last, prof) -> None:
+        """Constants whose values differ between two runs of one op sequence and are not sized:
+        data (a loss value made long before, which MindSpore hands the backward as a 0-d tensor),
+        not a Python scalar. Guarding their values would make a new group per value; from now on
+        such an argument is not taken as a constant, so the run splits there and the later part
+        binds it as an argument."""
+        const_e = [e for e, p in enumerate(run.ext) if p[0] == "const"]
+        if len(const_e) != len(last[6]) or len(const_e) != len(prof[6]):
+            return
+        names = [st.key[0] for st in run.steps]
+        for c, ((_, v1), (_, v2)) in enumerate(zip(last[6], prof[6])):
+            if v1 == v2 or (v1 != v1 and v2 != v2):
+                continue
+            src = ("ext", const_e[c])
+            for j, st in enumerate(run.steps):
+                if src in st.srcs:
+                    self.data_consts.add((tuple(names[:j]), names[j], st.srcs.index(src)))
+                    break
+
     def _lifted_for(self, vkey, run: _OpenRun):
         """The sized-scalar template of this op sequence, if the run fits it."""
         t = self.lifted.get(vkey)
         if t is None:
             return None
         prof = self._profile(run)
-        if prof is None or prof[0] != t.profile[0] or prof[1].keys() != t.profile[1].keys():
+        if (prof is None or prof[0] != t.profile[0] or prof[1].keys() != t.profile[1].keys()
+                or len(prof[6]) != len(t.profile[6])):
             return None
         shapes = prof[5]
         if None in shapes:
@@ -1114,6 +1184,17 @@ class Tier1:
         vals = _sized_values(t, [(None, s) for s in shapes])
         for (ii, ai, _), v in zip(t.sized_operands, vals):
             if prof[1][(ii, ai)] != v:
+                return None
+        n_imm = len(t.sized_operands)
+        sized_at = {}
+        for e, p in enumerate(t.ext[t.n_tensor_ext:]):
+            if p[0] == "sized":
+                sized_at[e] = p[1]
+        for c, ((dt, v), (tdt, tv)) in enumerate(zip(prof[6], t.profile[6])):
+            k = sized_at.get(c)
+            if dt != tdt or (k is None and v != tv and not (v != v and tv != tv)):
+                return None
+            if k is not None and (k < n_imm or v != vals[k]):
                 return None
         want = [st.key for st in t.steps]
         if len(want) != len(prof[3]) or any(len(k[1]) != len(w[1]) for k, w in zip(prof[3], want)):
@@ -1278,9 +1359,10 @@ def _axes_subsets(rank: int) -> list:
     return out
 
 
-def _size_expr(v1: float, v2: float, shapes1: list, shapes2: list):
+def _size_expr(v1: float, v2: float, shapes1: list, shapes2: list, rnd=None):
     """(tensor input, axes, kind) such that the element count n of those axes (kind "n") or 1/n
-    (kind "1/n") is v1 in the run of input shapes `shapes1` and v2 in that of `shapes2`; or None."""
+    (kind "1/n"), rounded by `rnd` if given, is v1 in the run of input shapes `shapes1` and v2 in
+    that of `shapes2`; or None."""
     for e, (s1, s2) in enumerate(zip(shapes1, shapes2)):
         if len(s1) != len(s2) or len(s1) > 6:
             continue
@@ -1292,20 +1374,27 @@ def _size_expr(v1: float, v2: float, shapes1: list, shapes2: list):
             if n1 == n2:
                 continue
             for kind in ("n", "1/n"):
-                if _sval(n1, kind) == v1 and _sval(n2, kind) == v2:
+                w1, w2 = _sval(n1, kind), _sval(n2, kind)
+                if rnd is not None and w1 is not None and w2 is not None:
+                    w1, w2 = rnd(w1), rnd(w2)
+                if w1 == v1 and w2 == v2:
                     return (e, axes, kind)
     return None
 
 
 def _sized_values(t: "RunTemplate", lkey) -> list:
-    """The sized scalars of a call whose tensor inputs are `lkey` ((dtype, shape, ...) each)."""
+    """The sized scalars of a call whose tensor inputs are `lkey` ((dtype, shape, ...) each); those
+    that a 0-d tensor carries (`rounded`) as that tensor's dtype holds them."""
     out = []
-    for e, axes, kind, _ in t.sized:
+    for e, axes, kind, arr, rounded in t.sized:
         n = 1
         shape = lkey[e][1]
         for a in axes:
             n *= shape[a]
-        out.append(_sval(n, kind))
+        v = _sval(n, kind)
+        if rounded and v is not None:
+            v = float(arr.dtype.type(v))
+        out.append(v)
     return out
 
 

@@ -678,3 +678,40 @@ def test_sized_scalars_of_one_op_sequence_over_inputs_of_another_rank(ref_backen
         np.testing.assert_allclose(y, np.exp(xr / np.float32(n)) * 2.0, rtol=1e-6)
     assert st["sized_groups"] == 2, st
     assert "tier1: too many variants (scalar arguments change)" not in st["fallbacks"], st["fallbacks"]
+
+
+def test_a_0d_constant_that_counts_elements_is_a_sized_input(ref_backend):
+    """A 0-d tensor made outside dispatch (unbindable: a constant) holding the batch size, as
+    MindSpore's losses divide by it: one sized group for every size, checked at each launch."""
+    ms_dynvm.enable(compile_policy="threshold")
+    got = []
+    for b in (3, 5, 4, 9, 2, 7, 11, 6, 13, 8):
+        x, _ = inputs(b, b)
+        n = ms.Tensor(np.float32(b))
+        got.append(((ops.exp(x) / n - 0.5).asnumpy(), x.asnumpy(), b))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, b in got:
+        np.testing.assert_allclose(y, np.exp(xr) / np.float32(b) - 0.5, rtol=1e-5, atol=1e-5)
+    assert st["sized_groups"] == 1, st
+    assert "tier1: too many variants (scalar arguments change)" not in st["fallbacks"], st["fallbacks"]
+    assert st["fused_ops"] >= 3 * 3, st
+
+
+def test_a_0d_constant_that_changes_with_the_data_splits_the_run(ref_backend):
+    """A 0-d tensor whose value changes from call to call, not with the sizes (a loss value): it is
+    not guarded as a constant (a group per value), the run splits there and the part after it binds
+    it as an argument and is served."""
+    ms_dynvm.enable(compile_policy="threshold")
+    rng = np.random.default_rng(3)
+    got = []
+    for _ in range(14):
+        x, _ = inputs(6, 1)
+        s = ms.Tensor(np.float32(rng.standard_normal()))
+        got.append(((ops.exp(x) * s - 1.0).asnumpy(), x.asnumpy(), s.asnumpy()))
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for y, xr, sv in got:
+        np.testing.assert_allclose(y, np.exp(xr) * sv - 1.0, rtol=1e-5, atol=1e-5)
+    assert "tier1: too many variants (scalar arguments change)" not in st["fallbacks"], st["fallbacks"]
+    assert st["fused_ops"] >= 2 * 3, st  # (the size switch runs some calls eagerly to measure)
