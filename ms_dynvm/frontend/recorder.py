@@ -562,8 +562,17 @@ class Recorder:
         return b
 
     def close_block(self, reason: str) -> None:
+        # Plain mode drops the Program at a block end, except at an nn.Cell boundary (not a sync
+        # point: values still flow into the next block, and tier 1 fuses across it) and at a
+        # forward/backward phase change (the backward ops read the forward's values: kept, they are
+        # registers, not new inputs), while the Program stays under max_block_ops instructions.
+        # Also when no block is open (a sync point right after a Cell call), or the Program would
+        # grow over every later step.
+        drop = self.recording is None and (reason not in _KEEP_PROGRAM
+                                           or self.program.num_instrs() > self.opts.max_block_ops)
         if self.on_close is not None:
-            self.on_close(reason)
+            # A run cannot go on into another Program: tier 1 hears "program" then, not "cell".
+            self.on_close(reason if not drop or reason not in _KEEP_PROGRAM else "program")
         if len(self._names) >= _FLUSH_NAMES:
             METRICS.flush_ops()
         if self._plans is _NO_PLANS and self._record and not 0 <= self._plans_back - self._ops() < _PLANS_OFF:
@@ -571,22 +580,16 @@ class Recorder:
             self._made = 0
             self._made_at = self._ops()
         b = self.block
-        if b is None:
-            return
-        self.block = None
-        b.end = reason
-        if b.num_instrs():
-            METRICS.blocks += 1
-            METRICS.block_ends[reason] += 1
-            self._block_count += 1
-            if self.opts.debug or self.opts.dump_dir:
-                self._debug_block(b)
-        # Plain mode drops the Program at a block end, except at an nn.Cell boundary (not a sync
-        # point: values still flow into the next block, and tier 1 fuses across it) and at a
-        # forward/backward phase change (the backward ops read the forward's values: kept, they are
-        # registers, not new inputs), while the Program stays under max_block_ops instructions.
-        if self.recording is None and (reason not in _KEEP_PROGRAM
-                                       or self.program.num_instrs() > self.opts.max_block_ops):
+        if b is not None:
+            self.block = None
+            b.end = reason
+            if b.num_instrs():
+                METRICS.blocks += 1
+                METRICS.block_ends[reason] += 1
+                self._block_count += 1
+                if self.opts.debug or self.opts.dump_dir:
+                    self._debug_block(b)
+        if drop and (b is not None or self.program._n):
             self._new_program()
 
     def _debug_block(self, b) -> None:

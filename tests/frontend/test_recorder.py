@@ -83,16 +83,17 @@ class ReferenceRecorder:
 
     def close_block(self, reason: str) -> None:
         b = self.block
-        if b is None:
-            return
-        self.block = None
-        b.end = reason
-        if not self.recording:
-            if b.instrs:
+        # A Cell boundary or a phase change keeps the Program (values flow on) while it is small
+        # enough; any other end drops it, also when no block is open (a sync right after a Cell).
+        drop = not self.recording and (reason not in ("cell", "phase")
+                                       or self.program.num_instrs() > self.real.opts.max_block_ops)
+        if b is not None:
+            self.block = None
+            b.end = reason
+            if not self.recording and b.instrs:
                 self.closed.append(self.program.as_text())
-            # A Cell boundary or a phase change keeps the Program (values flow on) while it is small enough.
-            if reason not in ("cell", "phase") or self.program.num_instrs() > self.real.opts.max_block_ops:
-                self._new_program()
+        if drop and (b is not None or self.program.num_instrs() or self.program.inputs):
+            self._new_program()
 
     def _open_block(self):
         if self.block is None:

@@ -715,3 +715,37 @@ def test_a_0d_constant_that_changes_with_the_data_splits_the_run(ref_backend):
         np.testing.assert_allclose(y, np.exp(xr) * sv - 1.0, rtol=1e-5, atol=1e-5)
     assert "tier1: too many variants (scalar arguments change)" not in st["fallbacks"], st["fallbacks"]
     assert st["fused_ops"] >= 2 * 3, st  # (the size switch runs some calls eagerly to measure)
+
+
+def test_a_sync_right_after_a_cell_drops_the_program_and_a_run_never_outlives_it():
+    """A sync point right after a top-level Cell call (no block open) still drops the Program, and
+    when a Program is replaced at a Cell boundary (grown past max_block_ops) a run open across that
+    boundary ends first: no bookkeeping error (it used to be a KeyError every few thousand ops)."""
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    ms_dynvm.reset_stats()
+
+    class Act(ms.nn.Cell):
+        def construct(self, x):
+            return ops.tanh(x) * 2.0 - 1.0
+
+    class Sink(ms.nn.Cell):
+        def construct(self, x):
+            return x.sum()
+
+    act, sink = Act(), Sink()
+    rng = np.random.default_rng(0)
+    ms_dynvm.enable(max_block_ops=64)
+    sizes = []
+    for _ in range(40):
+        x = ms.Tensor(rng.standard_normal((4, 8)).astype(np.float32))
+        loss = sink((act(x) - 0.5) * 2.0)
+        want = ((np.tanh(x.asnumpy()) * 2.0 - 1.0 - 0.5) * 2.0).sum()
+        np.testing.assert_allclose(loss.asnumpy(), want, rtol=1e-5)
+        sizes.append(dispatch._S.recorder.program.num_instrs())
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    assert not st["record_errors"], st["record_errors"]
+    assert not any("error" in k for k in st["fallbacks"]), st["fallbacks"]
+    assert max(sizes) <= 64, max(sizes)  # the Program is dropped at each sync
