@@ -102,6 +102,16 @@ FUSIBLE = (
 )
 
 
+# float16 ops whose eager results tier 1 does not reproduce bit for bit (see Tier1._compile); the
+# rest (arithmetic, comparisons, relu, gelu, sqrt, sum, mean ...) measured equal.
+F16_AS_EAGER_ONLY = frozenset({
+    "exp", "expm1", "log", "log1p", "log2", "log10", "tanh", "sigmoid", "silu", "softmax",
+    "log_softmax", "softplus", "mish", "elu", "erf", "erfc", "pow", "rsqrt", "reciprocal", "sin",
+    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "layer_norm",
+    "sigmoid_grad", "tanh_grad", "silu_grad", "gelu_grad", "elu_grad", "hardswish", "hardsigmoid",
+    "atan2", "lerp"})
+
+
 def _freeze(v):
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
@@ -1218,6 +1228,15 @@ class Tier1:
             # 2-byte bfloat16: such groups run eagerly.
             t.stats.failed = True
             METRICS.fallbacks["tier1: unsupported (bfloat16 tensors)"] += 1
+            return
+        bad = next((ins.op for ins in fn.body if ins.op in F16_AS_EAGER_ONLY and ins.outs
+                    and fn.types[ins.outs[0]].dtype == "f16"), None)
+        if bad is not None:
+            # MindSpore CPU computes these in float16 steps, each rounded; the kernels compute in
+            # float32 and round once (closer to the exact value, but up to 2-5 ulp from eager:
+            # measured for sigmoid, silu, softmax, tanh, exp). Such groups run eagerly.
+            t.stats.failed = True
+            METRICS.fallbacks[f"tier1: unsupported (float16 {bad}: eager rounds each step)"] += 1
             return
         fn, sig = generalize(fn, sig, t.family)
         ok, why = codegen.supports(fn)
