@@ -3,6 +3,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# Tier 1 compiles synchronously in the tests (a group is served from the call after it became hot);
+# tests of background compiling pass compile_async=True themselves.
+os.environ.setdefault("DYNVM_COMPILE_ASYNC", "0")
+
 from hypothesis import settings  # noqa: E402
 
 # 2-core CI machine: keep hypothesis runs modest and deadline-free (MindSpore's first calls are slow).

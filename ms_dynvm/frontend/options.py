@@ -11,6 +11,7 @@ TypeError (a typo should not be silently ignored).
 | max_block_ops | DYNVM_MAX_BLOCK_OPS | 4096 | a block that grows past this many instructions is closed (reason "limit") |
 | jit | DYNVM_JIT | True | tier 1: fuse hot runs of consecutive fusible ops into compiled C kernels (needs record) |
 | compile_threshold | DYNVM_COMPILE_THRESHOLD | 2 | calls of a run before the cost model may promote it (1: compile at first sight, for tests) |
+| compile_async | DYNVM_COMPILE_ASYNC | True | compile on a background thread while the group keeps running eagerly (tier-up); False: compile inside the call that makes the group hot (tests, benchmarks of compile counts) |
 | compile_policy | DYNVM_COMPILE_POLICY | cost | "cost": compile when the cost model says it pays; "threshold": as soon as the threshold is passed (tests, demos) |
 | kernel_threads | DYNVM_KERNEL_THREADS | 0 | OpenMP threads of fused kernels; 0 = automatic (1 on <= 2 cores, where MindSpore's worker threads occupy the cores) |
 | pool_results | DYNVM_POOL_RESULTS | True | kernel results from the memory pool (off: a fresh NumPy array per result) |
@@ -45,6 +46,7 @@ class Options:
     jit: bool = True
     compile_threshold: int = 2
     compile_policy: str = "cost"
+    compile_async: bool = True
     kernel_threads: int = 0
     pool_results: bool = True
     pool_soft_cap_mb: int = 256

@@ -340,6 +340,7 @@ class RunTemplate:
     # group whose first op also starts other op sequences is not launched where it never completes.
     ctx_fails: dict = field(default_factory=dict)
     ctx_skips: int = 0
+    building: dict = field(default_factory=dict)  # observed Signature -> (Future, Signature, Function)
     # Sized scalars (see Tier1._lift): per scalar (tensor input, axes, "n" | "1/n", its 0-d kernel
     # input array); per step, the (argument position, scalar index) its arriving op must hold; and
     # where each sits in the run's instructions: (instruction, operand, dtype).
@@ -991,9 +992,11 @@ class Tier1:
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
         descs += [InputDesc(dt, (), "contiguous") for _, _, dt in t.sized_operands]
         sig = t.family.observe(descs)
-        if sig in t.kernels or st.failed:
+        if t.building:
+            self._poll(t)
+        if sig in t.kernels or sig in t.building or st.failed:
             return
-        if len(t.kernels) >= MAX_KERNELS_PER_GROUP:
+        if len(t.kernels) + len(t.building) >= MAX_KERNELS_PER_GROUP:
             # A group that cannot be generalised would compile once per shape: stop at a bound.
             st.failed = True
             METRICS.fallbacks["tier1: too many shapes for a static group"] += 1
@@ -1222,6 +1225,7 @@ class Tier1:
     def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
         from ms_dynvm import codegen
 
+        key_sig = sig  # the observed signature (generalize may fall back to a static one)
         if any(ty.dtype == "bf16" for ty in fn.types.values()):
             # The C backend holds bfloat16 in float32 storage (NumPy has no bfloat16), while every
             # value of a group crosses the MindSpore boundary (inputs, and each op's result) as
@@ -1247,26 +1251,46 @@ class Tier1:
         from ms_dynvm.runtime.cache import default_cache
 
         cache = default_cache()
-        before = cache.stats()
-        t0 = time.perf_counter()
-        try:
-            kernel = codegen.compile_group(fn, strict_ieee=self.opts.strict_ieee,
-                                           fast_math=self.opts.fast_math, cache=cache)
-        except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
-            t.stats.failed = True
-            METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
-            if not self._warned:
-                warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
-                              RuntimeWarning, stacklevel=2)
-                self._warned = True
+        job = (fn, cache, self.opts.strict_ieee, self.opts.fast_math)
+        if self.opts.compile_async:
+            # Tier-up: gcc runs on a background thread while the group keeps running eagerly; the
+            # kernel is installed at the group's next recorded run after it is ready (`_poll`).
+            t.building[key_sig] = (_compile_pool().submit(_build, *job), sig, fn)
             return
-        dt = time.perf_counter() - t0
-        after = cache.stats()
-        compiled = after.get("compiles", 0) - before.get("compiles", 0)
+        try:
+            built = _build(*job)
+        except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
+            self._compile_failed(t, e)
+            return
+        self._install(t, sig, fn, built)
+
+    def _poll(self, t: RunTemplate) -> None:
+        """Install the kernels of `t` whose background compiles have finished."""
+        for key_sig, (fut, sig, fn) in list(t.building.items()):
+            if not fut.done():
+                continue
+            del t.building[key_sig]
+            try:
+                built = fut.result()
+            except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
+                self._compile_failed(t, e)
+                continue
+            self._install(t, sig, fn, built)
+
+    def _compile_failed(self, t: RunTemplate, e: Exception) -> None:
+        t.stats.failed = True
+        METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
+        if not self._warned:
+            warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
+                          RuntimeWarning, stacklevel=3)
+            self._warned = True
+
+    def _install(self, t: RunTemplate, sig, fn: Function, built) -> None:
+        kernel, dt, compiled, disk_hits = built
         if compiled:
             self.cost.record_compile(dt)
         METRICS.compiles += compiled
-        METRICS.disk_cache_hits += after.get("disk_hits", 0) - before.get("disk_hits", 0)
+        METRICS.disk_cache_hits += disk_hits
         METRICS.compile_seconds += dt  # time spent obtaining kernels: gcc, or a disk-cache load
         METRICS.cache_misses += 1
         if not t.kernels:
@@ -1277,6 +1301,33 @@ class Tier1:
         lst = self.starts.setdefault(t.steps[0].key[0], [])
         if t not in lst:
             lst.append(t)
+
+
+def _build(fn: Function, cache, strict_ieee: bool, fast_math: bool):
+    """(kernel, seconds, gcc runs, disk-cache loads) for group `fn`; on the compile thread or not.
+    (One compile thread: the cache's counters move for this build only.)"""
+    from ms_dynvm import codegen
+
+    before = cache.stats()
+    t0 = time.perf_counter()
+    kernel = codegen.compile_group(fn, strict_ieee=strict_ieee, fast_math=fast_math, cache=cache)
+    dt = time.perf_counter() - t0
+    after = cache.stats()
+    return (kernel, dt, after.get("compiles", 0) - before.get("compiles", 0),
+            after.get("disk_hits", 0) - before.get("disk_hits", 0))
+
+
+_POOL = None
+
+
+def _compile_pool():
+    """The background compile thread (one: gcc and MindSpore share two cores here)."""
+    global _POOL
+    if _POOL is None:
+        import concurrent.futures
+
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dvm-tier1-compile")
+    return _POOL
 
 
 class _FreshArrays:
