@@ -4,7 +4,8 @@ In one process, MindSpore's blocking mode (its fastest eager mode on CPU). Each 
 training step (forward, backward through `value_and_grad`, optimizer update) of a small model, on a
 batch whose size is drawn anew for every step. Every round runs N steps eagerly, then the same N
 steps (same sizes, same data, same starting weights) under `ms_dynvm.enable()` with the default
-cost policy, then under `enable(compile_policy="threshold")`; the order of the three rotates from
+cost policy (and background compiles), then under `enable(compile_policy="threshold",
+compile_async=False)` (every group compiled once hot, within the warm-up); the order of the three rotates from
 round to round. Medians of the per-step wall time over rounds are reported, with the ratio to
 eager, the fusion rate and fallbacks of the timed rounds, and the largest relative difference of a
 step's loss from eager's (the weights start equal in each configuration of a round).
@@ -96,7 +97,7 @@ def main() -> int:
     configs = {
         "eager": None,
         "ms_dynvm": {},
-        "threshold": {"compile_policy": "threshold"},
+        "threshold": {"compile_policy": "threshold", "compile_async": False},
     }
     results = {}
     for wname, make in (("mlp", mlp), ("lngelu", lngelu)):
