@@ -97,6 +97,7 @@ _OPS = opcodes.OPS
 _VIEW = opcodes.VIEW
 _KEY = "ms_dynvm"  # user-data key on MindSpore tensors: (epoch, register number)
 _PKEY = "ms_dynvm.param"  # user-data key: a Parameter's name
+_T1KEY = "ms_dynvm.t1"  # user-data key of tier 1's tokens (frontend/tier1.py)
 _is_contiguous = TensorPy.is_contiguous  # what Tensor.is_contiguous calls, without the wrapper
 _data_ptr = TensorPy._data_ptr  # what Tensor._data_ptr calls, without the wrapper
 _FLUSH_NAMES = 4096  # pending op counts folded into METRICS from this many (checked at block ends, meta ops)
@@ -631,8 +632,15 @@ class Recorder:
         self.close_block("sync")
 
     def forget(self, tensor) -> None:
-        """`tensor` was written in place by code the hook does not see: its value is new."""
+        """`tensor` was written in place by code the hook does not see: its value is new (and it is
+        no longer the tensor tier 1 gave a token: MindSpore may have given it new storage)."""
         tensor._set_user_data(_KEY, None)
+        tensor._set_user_data(_T1KEY, None)
+
+    def _rebind_target(self, target, reg: int) -> None:
+        """An in-place op wrote `target`: it holds register `reg` now, and no tier-1 token."""
+        self._bind(target, reg)
+        target._set_user_data(_T1KEY, None)
 
     # --- recording ------------------------------------------------------------------------------
     def _reg_of(self, t) -> int:
@@ -917,7 +925,7 @@ class Recorder:
             if name in _INPLACE:
                 target = _mutated(name, args)
                 if target is not None:
-                    self._bind(target, r)
+                    self._rebind_target(target, r)
                 self.last_tags = _read_tags(args, out) if self.want_tags else None
             elif self.want_tags:
                 if name in _IN_ORDER:
@@ -1126,7 +1134,7 @@ class Recorder:
             target = _mutated(name, args)
             if target is not None:
                 first = louts[0]
-                self._bind(target, results[first.index][first.out])
+                self._rebind_target(target, results[first.index][first.out])
         self.last_tags = _read_tags(args, out) if self.want_tags else None
         m = METRICS
         m.ops_recorded += 1
@@ -1163,7 +1171,7 @@ class Recorder:
         if name in _INPLACE and outs:
             target = _mutated(name, args)
             if target is not None:
-                self._bind(target, outs[0])
+                self._rebind_target(target, outs[0])
         METRICS.ops_recorded += 1
         METRICS.instrs += 1
         self.close_block("call")

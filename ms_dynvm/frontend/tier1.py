@@ -932,6 +932,11 @@ class Tier1:
                 self.run.across = True
             else:
                 self.end_run()
+            if reason != "cell" and self.pending is not None and not self.pending.eager:
+                # A sync point (or phase change) inside a served run: the recorded run had none
+                # there (runs end at block ends), and the script may now write a tensor the kernel
+                # already read (`v[v > 0] = 0`, a write through asnumpy()): the rest runs eagerly.
+                self._abandon("sync point inside a served run")
         except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
             self.run = None
             METRICS.fallbacks[f"tier1: error ({type(e).__name__})"] += 1

@@ -782,3 +782,35 @@ def test_background_compile_does_not_block_and_the_group_is_served_once_ready(re
         np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-6)
     assert st["fused_ops"] > 0 and st["groups_compiled"] >= 1, st
     assert len(ref_backend) >= 1
+
+
+def test_a_setitem_between_served_ops_is_never_ignored(ref_backend):
+    """`v = x + 0; v[v > 0] = 0; sum(v)` after other code taught tier 1 groups over the same ops:
+    the write (not dispatched) gives the script's tensor new contents (MindSpore may give it new
+    storage), so neither a served run across it nor a later group bound to the old tensor may be
+    used (from the fuzzer: served calls returned the sum before the write)."""
+    from mindspore import mint
+
+    def teach(x1):
+        v0 = ops.leaky_relu(x1, 0.1)
+        v4 = mint.erf(x1)
+        return ops.hardtanh(ops.cast(v4, ms.bool_)), x1 >= v0, v4
+
+    def f(x0, x1, x2):
+        v1 = mint.mul(ops.select(x0 > 0, x0, x0), x2)
+        ops.log2(ops.abs(v1) + 1)
+        ops.abs(x2)
+        v4 = x1 + 0
+        v4[v4 > 0] = 0
+        return mint.sum(v4, 0, True)
+
+    def t(v):
+        return ms.Tensor(np.array(v, np.float32))
+
+    ms_dynvm.enable(compile_policy="threshold", compile_threshold=1)
+    for _ in range(4):
+        teach(t(1.2))
+    got = [f(t(0.5), t(0.8454427), t(-1.0)).asnumpy() for _ in range(5)]
+    got += [f(t(0.5), t(-0.25), t(-1.0)).asnumpy() for _ in range(3)]
+    ms_dynvm.disable()
+    assert [float(g) for g in got] == [0.0] * 5 + [-0.25] * 3, got
