@@ -256,8 +256,10 @@ def _c_cast(x: str, src: str, dst: str) -> str:
         return f"dvm_bf16((float)({x}))"
     if dst in ("f32", "f64"):
         return f"({_CT[dst]})({x})"
-    if fsrc and dst in ("i8", "i16", "u8"):  # x86: convert to int32 (cvtt), then wrap
-        return f"({_CT[dst]})(int32_t)({x})"
+    if fsrc and dst in ("i8", "i16", "u8", "i32"):  # x86: convert to int32 (cvtt), then wrap
+        return f"({_CT[dst]})dvm_f2i32((double)({x}))"
+    if fsrc and dst == "i64":
+        return f"dvm_f2i64((double)({x}))"
     return f"({_CT[dst]})({x})"
 
 

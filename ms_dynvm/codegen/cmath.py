@@ -88,6 +88,16 @@ static inline float dvm_bf16(float x) {
     uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
     return x != x ? x : dvm_u2f(r);
 }
+
+/* float -> int32/int64 as x86's cvtt (what MindSpore CPU gives): NaN and values out of range are
+   the "integer indefinite" INT_MIN. A plain C cast of those is undefined, and gcc then folds
+   (float)(int)x into trunc(x). */
+static inline int32_t dvm_f2i32(double v) {
+    return (v >= -2147483648.0 && v < 2147483648.0) ? (int32_t)v : INT32_MIN;
+}
+static inline int64_t dvm_f2i64(double v) {
+    return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? (int64_t)v : INT64_MIN;
+}
 """
 
 MATH_C = _PRELUDE_C + r"""
