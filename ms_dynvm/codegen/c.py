@@ -180,12 +180,13 @@ def c_op(op: Op, ct: str) -> str:
     floor, trunc = _fsuffix(ct, "floor"), _fsuffix(ct, "trunc")
     if fn == "div":
         return f"{div}({a[0]}, {a[1]})"
-    if fn == "floor_div":
-        return f"{floor}({div}({a[0]}, {a[1]}))"
+    if fn == "floor_div":  # in double, as MindSpore's FloorDiv (see the interpreter)
+        return f"({T})floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
     if fn == "trunc_div":
         return f"{trunc}({div}({a[0]}, {a[1]}))"
-    if fn == "mod":
-        return f"({a[0]} - {floor}({a[0]} / {a[1]}) * {a[1]})"
+    if fn == "mod":  # in double, as MindSpore's FloorMod (q * y is exact there: no fma effect)
+        return (f"({T})((double)({a[0]}) - floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
+                f" * (double)({a[1]}))")
     if fn == "fmod":
         return f"({a[0]} - {trunc}({a[0]} / {a[1]}) * {a[1]})"
     if fn == "pow":

@@ -364,6 +364,24 @@ def _divmod(a, prim):
 
 _ROUNDING = {1: "trunc_div", 2: "floor_div"}  # mint.div rounding_mode: 'trunc' -> 1, 'floor' -> 2
 
+_FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
+
+
+def _remainder(a, prim):
+    """MindSpore's Remainder* ops (`ops.remainder`) compute x - floor_div(x, y) * y with an exact
+    (double) quotient and the product and difference in the operands' float dtype (measured
+    bit-equal on float32), unlike FloorMod (`x % y`, `ops.floor_mod`), computed wholly in double:
+    VM `mod`. Integer operands: `mod`."""
+    op, (x, y), _ = _binary("mod")(a, None)
+    floaty = False
+    for v in (x, y):
+        if type(v) is float or (type(v) not in _NUMBER_TYPES and vm_dtype(v.dtype) in _FLOAT_DTYPES):
+            floaty = True
+    if not floaty:
+        return (op, (x, y), {})
+    return Lowering([("floor_div", (x, y), {}), ("mul", (Tmp(0), y), {}), ("sub", (x, Tmp(1)), {})],
+                    (Tmp(2),))
+
 
 @_in_order
 def _where(a, prim):
@@ -1338,7 +1356,7 @@ for _ms, _vm in {
     # tensor (or 0-d tensor) operands
     "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "RealDiv": "div", "Maximum": "maximum",
     "Minimum": "minimum", "Atan2": "atan2", "Pow": "pow", "FloorDiv": "floor_div", "FloorMod": "mod",
-    "RemainderTensorTensor": "mod", "TruncateDiv": "trunc_div", "TruncateMod": "fmod",
+    "TruncateDiv": "trunc_div", "TruncateMod": "fmod",
     "Equal": "eq", "NotEqual": "ne", "Less": "lt", "LessEqual": "le", "Greater": "gt",
     "GreaterEqual": "ge", "LogicalAnd": "logical_and", "LogicalOr": "logical_or",
     "LogicalXor": "logical_xor", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
@@ -1346,7 +1364,7 @@ for _ms, _vm in {
     # Python-scalar forms (the scalar becomes an immediate)
     "Muls": "mul", "Divs": "div", "PowTensorScalar": "pow", "PowScalarTensor": "pow",
     "EqScalar": "eq", "GreaterEqualScalar": "ge", "LessScalar": "lt", "FmodScalar": "fmod",
-    "FloorDivScalar": "floor_div", "RemainderTensorScalar": "mod", "RemainderScalarTensor": "mod",
+    "FloorDivScalar": "floor_div",
     "BitwiseAndScalar": "bitwise_and", "BitwiseOrScalar": "bitwise_or",
     "BitwiseXorScalar": "bitwise_xor",
 }.items():
@@ -1355,6 +1373,7 @@ for _ms, _vm in {
 _reg("AddExt AddScalar", _binary_alpha("add"))
 _reg("SubExt SubScalar", _binary_alpha("sub"))
 _reg("DivMod DivMods", _divmod)
+_reg("RemainderTensorTensor RemainderTensorScalar RemainderScalarTensor", _remainder)
 _reg("Select SelectV2", _where)
 _reg("MaskedFill MaskedFillScalar", _masked_fill)
 _reg("ClampScalar", _clamp_scalar)

