@@ -359,6 +359,25 @@ def _divmod(a, prim):
     x, y = _tn(x), _tn(y)
     if type(x) in _NUMBER_TYPES and type(y) in _NUMBER_TYPES:
         raise _Unsupported
+    if op == "trunc_div":
+        # Integer operands: MindSpore divides in float32 (float64 for int64), truncates and casts
+        # back with x86's conversion (measured: int32 16777217 // 1 is 16777216, x // 0 is INT_MIN,
+        # and 0 for int8/int16/uint8, which wrap from int32).
+        dts = {vm_dtype(v.dtype) for v in (x, y) if type(v) not in _NUMBER_TYPES}
+        if len(dts) == 1 and not any(type(v) is float for v in (x, y)):
+            dt = dts.pop()
+            if dt in ("i8", "i16", "u8", "i32", "i64"):
+                f = "f64" if dt == "i64" else "f32"
+                xs = [("cast", (v,), {"dtype": f}) for v in (x, y) if type(v) not in _NUMBER_TYPES]
+                opnds, k = [], 0
+                for v in (x, y):
+                    if type(v) in _NUMBER_TYPES:
+                        opnds.append(float(v))
+                    else:
+                        opnds.append(Tmp(k))
+                        k += 1
+                return Lowering(xs + [("div", tuple(opnds), {}), ("trunc", (Tmp(k),), {}),
+                                      ("cast", (Tmp(k + 1),), {"dtype": dt})], (Tmp(k + 2),))
     return (op, (x, y), {})
 
 

@@ -192,3 +192,25 @@ def test_floor_div_floor_mod_and_remainder_are_bit_equal_to_mindspore():
         assert g.dtype == w.dtype and np.array_equal(g, w, equal_nan=True)
         assert np.array_equal(s, w, equal_nan=True)
     assert st["fused_ops"] > 0
+
+
+def test_integer_division_with_rounding_mode_trunc_goes_through_float_as_in_mindspore():
+    """mint.div(x, y, rounding_mode='trunc') on integers: MindSpore divides in float32 (float64 for
+    int64) and converts back as x86 does (x // 0 is INT_MIN; int8/int16/uint8 wrap it to 0;
+    16777217 // 1 is 16777216 in int32). Recorded and interpreted bit-equal."""
+    from mindspore import mint
+
+    cases = []
+    for dt in (np.int32, np.int64, np.int16, np.int8, np.uint8):
+        x = ms.Tensor(np.array([7, 3 if dt == np.uint8 else -7, 0, 5, 100], dt))
+        y = ms.Tensor(np.array([0, 0, 0, 2, 3], dt))
+        cases += [(mint.div, x, y, "trunc"), (mint.div, x, 2, "trunc"), (mint.div, x, y, "floor")]
+    big = ms.Tensor(np.array([2147483647, 16777217, -16777217, 7], np.int32))
+    cases.append((mint.div, big, ms.Tensor(np.array([1, 1, 1, 2], np.int32)), "trunc"))
+    want = [f(a, b, rounding_mode=m).asnumpy() for f, a, b, m in cases]
+    with ms_dynvm.record() as rec:
+        outs = [f(a, b, rounding_mode=m) for f, a, b, m in cases]
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    for w, o in zip(want, outs):
+        g = got[rec.output_index(o)]
+        assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
