@@ -204,7 +204,9 @@ def test_integer_division_with_rounding_mode_trunc_goes_through_float_as_in_mind
     for dt in (np.int32, np.int64, np.int16, np.int8, np.uint8):
         x = ms.Tensor(np.array([7, 3 if dt == np.uint8 else -7, 0, 5, 100], dt))
         y = ms.Tensor(np.array([0, 0, 0, 2, 3], dt))
-        cases += [(mint.div, x, y, "trunc"), (mint.div, x, 2, "trunc"), (mint.div, x, y, "floor")]
+        # (mint.div(x, 2, rounding_mode="trunc") raises in MindSpore's blocking mode: "Trunc should
+        # have 1 outputs, but got 2".)
+        cases += [(mint.div, x, y, "trunc"), (mint.div, x, y, "floor")]
     big = ms.Tensor(np.array([2147483647, 16777217, -16777217, 7], np.int32))
     cases.append((mint.div, big, ms.Tensor(np.array([1, 1, 1, 2], np.int32)), "trunc"))
     want = [f(a, b, rounding_mode=m).asnumpy() for f, a, b, m in cases]
