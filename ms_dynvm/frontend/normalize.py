@@ -699,6 +699,11 @@ def _flatten_legacy(a, prim):
     shape = _t(x).shape
     if len(shape) == 0:
         raise _Unsupported
+    if 0 in shape:  # -1 is ambiguous for an empty tensor: MindSpore keeps the other dims' product
+        rest = 1
+        for d in shape[1:]:
+            rest *= d
+        return ("reshape", (x,), {"shape": (shape[0], rest)})
     return ("reshape", (x,), {"shape": (shape[0], -1)})
 
 

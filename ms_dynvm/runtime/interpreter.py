@@ -413,6 +413,9 @@ def _arith(op: str, x, y, dt):
 def _arith_impl(op, args, attrs):
     a, b = args
     dt = _promote2(op, a, b)
+    if dt == BOOL and op == "trunc_div":  # MindSpore divides bools in float: 0/0 is NaN, so True
+        with np.errstate(all="ignore"):
+            return np.trunc(_fdiv(_cast(a, np.dtype(np.float32)), _cast(b, np.dtype(np.float32)))) != 0
     if dt == BOOL:  # bool arithmetic as integers, then != 0 (add = or, sub = xor, mul = and)
         return _arith(op, _cast(a, np.dtype(np.int8)), _cast(b, np.dtype(np.int8)), np.dtype(np.int8)) != 0
     return np.asarray(_arith(op, _cast(a, dt), _cast(b, dt), dt)).astype(dt)

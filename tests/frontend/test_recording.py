@@ -216,3 +216,19 @@ def test_integer_division_with_rounding_mode_trunc_goes_through_float_as_in_mind
     for w, o in zip(want, outs):
         g = got[rec.output_index(o)]
         assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
+
+
+def test_flatten_of_an_empty_tensor_and_bool_trunc_division():
+    """Flatten of [0, 1, 2, 2] is [0, 4] (a -1 there would be ambiguous); bool trunc division goes
+    through float in MindSpore (0/0 is NaN, so True)."""
+    from mindspore import ops
+
+    x = ms.Tensor(np.zeros((0, 1, 2, 2), np.float32))
+    b = ms.Tensor(np.array([True, False, True, False]))
+    c = ms.Tensor(np.array([False, False, True, True]))
+    with ms_dynvm.record() as rec:
+        outs = [ops.flatten(x) + 1, ops.div(b, c, rounding_mode="trunc"), ops.div(b, c, rounding_mode="floor")]
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    for o in outs:
+        g, w = got[rec.output_index(o)], o.asnumpy()
+        assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w), (g, w)
