@@ -573,6 +573,10 @@ def _check_index(op: str, idx: np.ndarray, n: int, negative: bool) -> np.ndarray
 def _gather_d_grad(args, attrs):
     index, grad = args
     shape = tuple(attrs["shape"])
+    if not shape:  # a 0-d x (dim 0 taken as of a 1-element tensor, as gather_d)
+        _norm_axis(attrs["dim"], 1)
+        return _gather_d_grad([np.asarray(index).reshape(1), np.asarray(grad).reshape(1)],
+                              {"shape": (1,), "dim": 0}).reshape(())
     dim = _norm_axis(attrs["dim"], len(shape))
     out = np.zeros(shape, grad.dtype)
     full = list(np.indices(index.shape, sparse=True))

@@ -1307,3 +1307,10 @@ def test_reshape_of_an_empty_tensor_with_minus_one():
 
     assert _reshape([np.zeros((0, 3), np.float32)], {"shape": (0, -1)}).shape == (0, 0)  # as MindSpore
     assert _reshape([np.zeros((0, 3), np.float32)], {"shape": (-1, 3)}).shape == (0, 3)
+
+
+def test_gather_d_grad_of_a_0d_tensor():
+    from ms_dynvm.runtime.interpreter import _gather_d_grad
+
+    out = _gather_d_grad([np.array(0, np.int64), np.array(2.5, np.float32)], {"shape": (), "dim": 0})
+    assert out.shape == () and out == 2.5
