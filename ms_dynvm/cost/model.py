@@ -12,7 +12,11 @@ with
 - expected future calls = calls seen so far (a group seen n times is expected to run about n more:
   the usual "Lindy" estimate of a JIT that knows nothing else);
 - compile cost = running mean of measured compile times (initially `initial_compile_s`); a warm disk
-  cache makes it cheap, and the executor passes `cached=True` then.
+  cache makes it cheap, and the executor passes `cached=True` then. A background compile
+  (`compile_async`, the default) does not stop the script: it costs the script only the CPU time
+  gcc takes from it on a shared core, counted as `BACKGROUND_SHARE` (0.1, a chosen estimate, not a
+  measurement) of the compile time. Serving a group that turns out slower for a size is undone by
+  the size switch below, so promoting earlier risks compile time, not slower calls.
 
 A group whose compile failed is never promoted again (the failure is counted as a fallback).
 
@@ -33,6 +37,9 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass
+
+
+BACKGROUND_SHARE = 0.1  # share of a background compile's time charged to the script (see the doc)
 
 
 @dataclass
@@ -72,11 +79,13 @@ class CostModel:
         fused = eager / max(n_ops, 1) + n_ops * self.serve_cost_s
         return max(eager - fused, 0.0)
 
-    def should_compile(self, stats: GroupStats, n_ops: int, cached: bool = False) -> bool:
+    def should_compile(self, stats: GroupStats, n_ops: int, cached: bool = False,
+                       background: bool = False) -> bool:
         if stats.failed or stats.compiled or stats.calls < self.threshold or n_ops < 2:
             return False
         future = stats.calls
-        return self.predicted_saving(stats, n_ops) * future > self.compile_cost(cached)
+        cost = self.compile_cost(cached) * (BACKGROUND_SHARE if background else 1.0)
+        return self.predicted_saving(stats, n_ops) * future > cost
 
 
 class _SizeClass:

@@ -1009,7 +1009,7 @@ class Tier1:
         if self.opts.compile_policy == "threshold":
             hot = st.calls >= self.opts.compile_threshold
         else:
-            hot = self.cost.should_compile(st, len(t.steps))
+            hot = self.cost.should_compile(st, len(t.steps), background=self.opts.compile_async)
         if hot:
             # Generalise the function of THIS call: the signature's symbols group this call's dims.
             self._compile(t, sig, self._function(run, t.sized_operands))
