@@ -650,17 +650,21 @@ class Tier1:
         hist = self.hist
         ctx = hist[-1][0] if hist else None
         for t in cands:
-            tensors = t.matchers[0](args, 0)
-            if type(tensors) is int:
-                continue
-            if t.ctx_fails.get(ctx, 0) >= CTX_MAX_FAILS:
+            fails = t.ctx_fails
+            if fails and fails.get(ctx, 0) >= CTX_MAX_FAILS:
+                # Abandoned or unbindable here several times in a row: skipped before any check,
+                # except one try in CTX_RETRY_EVERY.
                 t.ctx_skips += 1
                 if t.ctx_skips % CTX_RETRY_EVERY:
                     METRICS.guard_failures["abandoned_here_before"] += 1
                     continue
+            tensors = t.matchers[0](args, 0)
+            if type(tensors) is int:
+                continue
             bound = self._bind(t, tensors)
             if bound is None:
                 METRICS.guard_failures["unbindable_input"] += 1
+                fails[ctx] = fails.get(ctx, 0) + 1
                 continue
             # The launch depends only on the inputs' dtypes, shapes and strides: look it up by them
             # (cheap), and run the signature and guard machinery only for a new layout.
