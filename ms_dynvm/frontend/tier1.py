@@ -136,8 +136,12 @@ def _tensors(args) -> list:
 
 def _has_tensor_sequence(args) -> bool:
     for a in _op_args(args):
-        if (type(a) is tuple or type(a) is list) and any(isinstance(e, Tensor) for e in a):
-            return True
+        ta = type(a)
+        if ta is tuple or ta is list:
+            for e in a:
+                # Plain numbers first: isinstance(3, Tensor) goes through Tensor's ABCMeta.
+                if type(e) not in _ATOMS and isinstance(e, Tensor):
+                    return True
     return False
 
 
@@ -176,7 +180,7 @@ def _args_match(frozen: tuple, args) -> bool:
     return True
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     key: tuple
     srcs: tuple  # per tensor argument: ("out", j, k) | ("ext", e)
@@ -826,9 +830,15 @@ class Tier1:
         # In-place ops write their argument: serving a fresh result would lose the write.
         # Tensors inside a sequence argument (AddN's list) are not bound or checked by the serving
         # machinery (`_tensors` sees top-level tensors only): such an op ends the run.
-        fusible = (last is not None and name not in _INPLACE
-                   and all(op in FUSIBLE for op in last[0].op_names(last[1], last[2]))
-                   and not _has_tensor_sequence(args))
+        fusible = False
+        if last is not None and name not in _INPLACE:
+            blk, s0, s1 = last[0], last[1], last[2]
+            if s1 - s0 == 1:  # one instruction (the common case): its op name, without a list
+                n = len(blk._instrs)
+                fusible = (blk._pending[s0 - n][0] if s0 >= n else blk._instrs[s0].op) in FUSIBLE
+            else:
+                fusible = all(op in FUSIBLE for op in blk.op_names(s0, s1))
+            fusible = fusible and not _has_tensor_sequence(args)
         if not fusible:
             self.end_run()
         else:
@@ -854,7 +864,9 @@ class Tier1:
                 self.end_run()
                 run = None
         if run is None:
-            run = self.run = _OpenRun(block, start, list(reversed(self.hist)), self.recorder.epoch)
+            # The history as of the run's first op is taken when a later step first needs it
+            # (`_provenance`): most runs end after one op.
+            run = self.run = _OpenRun(block, start, None, self.recorder.epoch)
         srcs = []
         for tensor, tag in zip(tensors, arg_tags):
             if tag in run.out_tags:
@@ -897,6 +909,10 @@ class Tier1:
         if tag in run.first_arg_tags:
             return ("arg", run.first_arg_tags.index(tag))
         hist = run.hist
+        if hist is None:
+            # Taken now, at step 1 or later: the newest entries are the run's own steps (each op
+            # pushes one entry, served ones included), which come before the run's start.
+            hist = run.hist = list(reversed(self.hist))[len(run.steps):]
         tok = _MISS
         for d in range(1, len(hist) + 1):
             k, a, o, arg_tags, out_tags = hist[d - 1]
