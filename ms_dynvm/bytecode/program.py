@@ -151,6 +151,11 @@ class Block:
         out.extend(r[0] for r in self._pending[max(start - n, 0):end - n])
         return out
 
+    def op_at(self, i: int) -> str:
+        """`self.instrs[i].op`, without making an Instr for a pending instruction."""
+        n = len(self._instrs)
+        return self._pending[i - n][0] if i >= n else self._instrs[i].op
+
     def instrs_between(self, start: int, end: int) -> list:
         """`self.instrs[start:end]` (0 <= start <= end); pending instructions stay compact (the
         Instrs returned for them are new objects)."""

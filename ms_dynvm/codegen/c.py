@@ -177,7 +177,7 @@ def c_op(op: Op, ct: str) -> str:
         raise ValueError(f"op {fn} on {ct}")
     # --- float only ---
     div = "dvm_divf" if ct == "f32" else "dvm_divd"
-    floor, trunc = _fsuffix(ct, "floor"), _fsuffix(ct, "trunc")
+    trunc = _fsuffix(ct, "trunc")
     if fn == "div":
         return f"{div}({a[0]}, {a[1]})"
     if fn == "floor_div":  # in double, as MindSpore's FloorDiv (see the interpreter)

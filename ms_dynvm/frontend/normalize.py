@@ -98,7 +98,7 @@ from typing import NamedTuple
 
 from mindspore.common.tensor import Tensor
 
-from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name
+from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float
 
 __all__ = ["Tmp", "Lowering", "META", "INPLACE", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
            "mutated_tensor", "covered_names"]
@@ -383,7 +383,7 @@ def _divmod(a, prim):
 
 _ROUNDING = {1: "trunc_div", 2: "floor_div"}  # mint.div rounding_mode: 'trunc' -> 1, 'floor' -> 2
 
-_FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
+_mod = _binary("mod")
 
 
 def _remainder(a, prim):
@@ -391,13 +391,11 @@ def _remainder(a, prim):
     (double) quotient and the product and difference in the operands' float dtype (measured
     bit-equal on float32), unlike FloorMod (`x % y`, `ops.floor_mod`), computed wholly in double:
     VM `mod`. Integer operands: `mod`."""
-    op, (x, y), _ = _binary("mod")(a, None)
-    floaty = False
-    for v in (x, y):
-        if type(v) is float or (type(v) not in _NUMBER_TYPES and vm_dtype(v.dtype) in _FLOAT_DTYPES):
-            floaty = True
-    if not floaty:
-        return (op, (x, y), {})
+    low = _mod(a, None)
+    x, y = low[1]
+    if not any(type(v) is float or (type(v) not in _NUMBER_TYPES and is_float(vm_dtype(v.dtype)))
+               for v in (x, y)):
+        return low
     return Lowering([("floor_div", (x, y), {}), ("mul", (Tmp(0), y), {}), ("sub", (x, Tmp(1)), {})],
                     (Tmp(2),))
 

@@ -60,6 +60,7 @@ from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import TensorType, eval_dim
 from ms_dynvm.cost.model import CostModel, GroupStats, SizeSwitch
+from ms_dynvm.frontend import recorder as _recorder
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.frontend.normalize import vm_dtype
 from ms_dynvm.ir.function import Function
@@ -83,8 +84,8 @@ MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 # An eager op this recent (seconds) means MindSpore's worker threads are awake (they spin ~0.25 s
 # after an op, measured), so one eager probe of a group measures it fairly (see SizeSwitch).
 WARM_S = 0.05
-_T1KEY = "ms_dynvm.t1"
-_RKEY = "ms_dynvm"  # the recorder's tag: (epoch, register number)
+_T1KEY = _recorder._T1KEY  # tier 1's tokens (the recorder clears them on in-place writes)
+_RKEY = _recorder._KEY  # the recorder's tag: (epoch, register number)
 _MISS = object()
 _EAGER = object()  # see Tier1.serve
 _from_numpy = TensorPy.from_numpy
@@ -206,26 +207,6 @@ class _StepPlan:
         self.consts = tuple((i, f) for i, f in enumerate(frozen) if f != "<T>")
         self.tpos = tuple(i for i, f in enumerate(frozen) if f == "<T>")
 
-    def match(self, args):
-        """The tensor arguments if `args` match the recorded step's non-tensor arguments, else None."""
-        if not self.flat:
-            return _tensors(args) if _args_match(self.frozen, args) else None
-        if len(args) != self.nargs:
-            return None
-        for i, f in self.consts:
-            a = args[i]
-            if f is SIZED:
-                if type(a) is not float:
-                    return None
-                continue
-            if isinstance(a, Tensor) or _freeze(a) != f:
-                return None
-        out = [args[i] for i in self.tpos]
-        for a in out:
-            if not isinstance(a, Tensor):
-                return None
-        return out
-
 
 # Why a generated matcher rejected an op (it returns one of these ints instead of the tensors).
 _FAIL_REASONS = {1: "op_mismatch", 2: "arity_mismatch", 3: "input_mismatch", 4: "constant_mismatch"}
@@ -238,7 +219,7 @@ def _slow_const_ne(a, f) -> bool:
 def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
     """A Python function `m(args, base, toks)` specialised to one step (generated source, compiled
     once per group): the step's tensor arguments if `args` match it, else a failure code
-    (`_FAIL_REASONS`). It checks what `_StepPlan.match` checks and, with `check_tokens`, each
+    (`_FAIL_REASONS`). It checks the step's name-independent arguments and, with `check_tokens`, each
     tensor's identity: a result of the launch carries `base` + its offset, external input e (e <
     `n_ext`) the token `toks[e]` it carried when bound (see `Tier1._ext_tokens`), a constant its
     bytes. Straight-line code: this runs for every served op."""
@@ -398,25 +379,22 @@ class RunTemplate:
                 else:
                     checks.append(src[1])
             self.plans.append(_StepPlan(st, tuple(checks)))
-        # Only values that a later step checks need a token (step 0's arguments are bound, not
-        # checked): the external inputs and the results (flat index) to tag at a launch.
+        # Only external inputs that a later step checks need a token (step 0's arguments are
+        # bound, not checked).
         used = {c for plan in self.plans[1:] for c in plan.checks if type(c) is int}
         self.tag_ext = [e for e in range(self.n_tensor_ext) if e in used]
-        self.tag_outs = [(k, n_ext + k) for k in range(i - n_ext) if n_ext + k in used]
         # The serving hot path: per step its op name, its generated matcher (step 0's binds and
         # checks no tokens), where its results sit among all results, and (for a run served
         # eagerly, see Tier1.eager_done) which of its results to tag.
         self.names = [plan.name for plan in self.plans]
         self.matchers = [_make_matcher(plan, j > 0, n_ext) for j, plan in enumerate(self.plans)]
         self.out_pos = [(first_out[j] - n_ext, st.n_out) for j, st in enumerate(self.steps)]
-        self.step_tags = [[(k - f, n_ext + k) for k, _ in self.tag_outs if f <= k < f + n]
-                          for f, n in self.out_pos]
         # Every result carries its token when it is handed back (the tensor the user gets is a
         # copy of the handler's, made with its user data at that moment, so a tag put on the
         # handler's tensor later would not reach it): a later run finds it by that token
         # (`Tier1._provenance`) and binds it.
         self.n_ext = n_ext
-        self.step_all_tags = [[(k, n_ext + f + k) for k in range(n)] for f, n in self.out_pos]
+        self.step_tags = [[(k, n_ext + f + k) for k in range(n)] for f, n in self.out_pos]
 
 
 class _OpenRun:
@@ -549,7 +527,6 @@ class Tier1:
         self._serial = 0
         self._warned = False
         self.last_eager = 0.0  # perf_counter when an op last ran eagerly
-        self._rtags = None  # set by _bind (see _ext_tokens)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
@@ -598,7 +575,7 @@ class Tier1:
         self.last_eager = _perf()
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, Tensor)]
         base = p.base
-        for k, off in p.template.step_all_tags[j]:
+        for k, off in p.template.step_tags[j]:
             if k < len(outs):
                 outs[k]._set_user_data(_T1KEY, base + off)
         self.hist.append((name, p.args, outs, (), ()))
@@ -665,7 +642,7 @@ class Tier1:
             tensors = t.matchers[0](args, 0)
             if type(tensors) is int:
                 continue
-            bound = self._bind(t, tensors)
+            bound, rtags = self._bind(t, tensors)
             if bound is None:
                 METRICS.guard_failures["unbindable_input"] += 1
                 fails[ctx] = fails.get(ctx, 0) + 1
@@ -698,7 +675,7 @@ class Tier1:
                 on = t.switch.is_on(size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
                 p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True,
-                                            svals=svals, toks=_ext_tokens(t, bound, base, self._rtags))
+                                            svals=svals, toks=_ext_tokens(t, bound, base, rtags))
                 p.step = 0
                 p.args = tensors
                 return _EAGER
@@ -708,7 +685,7 @@ class Tier1:
                     t.launches.clear()
                 t.launches[lkey] = launch
             METRICS.cache_hits += 1
-            return self._launch(t, launch, bound, tensors, t0, ctx, base, svals)
+            return self._launch(t, launch, bound, rtags, tensors, t0, ctx, base, svals)
         return _MISS
 
     def _family(self, t: RunTemplate, bound: list, lkey: tuple):
@@ -741,45 +718,47 @@ class Tier1:
         return fam, env
 
     def _bind(self, t: RunTemplate, first_args: list):
-        """The external inputs for a call starting with `first_args`: tensors first (in
-        `t.ext` order of the non-constant provenances), then the constants (0-d NumPy arrays, the
-        same objects every call). None when one cannot be bound."""
+        """(The external inputs for a call starting with `first_args`: tensors first (in `t.ext`
+        order of the non-constant provenances), then the constants (0-d NumPy arrays, the same
+        objects every call); for inputs that are results of recorded ops, input -> the recorder tag
+        the script's copy carries (see `_ext_tokens`), or None). (None, None) when one cannot be
+        bound."""
         # The first op's own arguments must have the recorded identities: Mul(h, h) and Mul(a, b)
         # have the same key. Two arguments recorded as one tensor must alias exactly (same address,
         # shape and strides), which implies equal values.
         for i, p in t.first_alias:
             if not _aliases(first_args[i], first_args[p]):
-                return None
+                return None, None
         out = []
         hist = self.hist
         n_args = len(first_args)
-        self._rtags = rtags = None
+        rtags = None
         for prov in t.ext_tensors:
             if prov[0] == "arg":
                 if prov[1] >= n_args:
-                    return None
+                    return None, None
                 out.append(first_args[prov[1]])
             else:
                 _, d, kind, i, okey = prov
                 if d > len(hist):
-                    return None
+                    return None, None
                 h = hist[-d]
                 if h[0] != okey:
-                    return None
+                    return None, None
                 seq = h[1] if kind == "arg" else h[2]
                 if i >= len(seq):
-                    return None
+                    return None, None
                 out.append(seq[i])
                 if kind == "out" and h[4] and h[4][i] is not None:
                     # A recorded op's result: the script's copy of it carries this recorder tag.
                     if rtags is None:
-                        self._rtags = rtags = {}
+                        rtags = {}
                     rtags[len(out) - 1] = h[4][i]
         out.extend(t.const_arrays)
-        return out
+        return out, rtags
 
-    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, first_args: list, t0: float, ctx,
-                base: int, svals=None):
+    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, rtags, first_args: list, t0: float,
+                ctx, base: int, svals=None):
         pool = self.pool
         # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
         # whose last tensor has died since become reusable.
@@ -796,7 +775,7 @@ class Tier1:
             for sz, v in zip(t.sized, svals):
                 sz[3][()] = v
         launch.go(ptrs)
-        toks = _ext_tokens(t, bound, base, self._rtags)
+        toks = _ext_tokens(t, bound, base, rtags)
         off = base + t.n_ext
         for k, o in enumerate(outs):
             o._set_user_data(_T1KEY, off + k)
@@ -834,8 +813,7 @@ class Tier1:
         if last is not None and name not in _INPLACE:
             blk, s0, s1 = last[0], last[1], last[2]
             if s1 - s0 == 1:  # one instruction (the common case): its op name, without a list
-                n = len(blk._instrs)
-                fusible = (blk._pending[s0 - n][0] if s0 >= n else blk._instrs[s0].op) in FUSIBLE
+                fusible = blk.op_at(s0) in FUSIBLE
             else:
                 fusible = all(op in FUSIBLE for op in blk.op_names(s0, s1))
             fusible = fusible and not _has_tensor_sequence(args)
@@ -923,7 +901,7 @@ class Tier1:
                 # one binds as the same run did after the eager one (one still untagged is read
                 # again at the next look). Its results are the handler's tensors, of which the
                 # user got copies (with the tier-1 token each carried then, see
-                # RunTemplate.step_all_tags): they are found by that token.
+                # RunTemplate.step_tags): they are found by that token.
                 arg_tags = [x._get_user_data(_RKEY) for x in a]
                 if not out_tags and o:
                     if tok is _MISS:
@@ -1106,7 +1084,7 @@ class Tier1:
         if (prof is None or first[0] != prof[0] or first[1].keys() != prof[1].keys()
                 or first[4] != prof[4] or len(first[6]) != len(prof[6])):
             return None
-        ops, imms1, dts, keys1, ninstr, shapes1, consts1, descs1, _ = first
+        _, imms1, dts, keys1, ninstr, shapes1, consts1, descs1, _ = first
         _, imms2, _, keys2, _, shapes2, consts2, _, _ = prof
         if None in shapes1 or None in shapes2 or len(shapes1) != len(shapes2):
             return None
