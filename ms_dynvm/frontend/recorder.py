@@ -60,7 +60,7 @@ once.)
 Two modes:
 - plain (`enable()`): basic blocks are recorded into small Programs, dropped when a block closes
   (only counters survive; at an nn.Cell boundary or a forward/backward phase change the Program is
-  kept while it stays under `max_block_ops` instructions), so memory stays bounded however long the script runs; values from
+  kept while it stays under `max_block_ops` registers), so memory stays bounded however long the script runs; values from
   the blocks of earlier Programs enter as inputs.
 - recording (`with ms_dynvm.record() as rec:`): one Program for the whole scope, blocks kept, values
   flow between blocks; the input tensors are kept alive so `rec.inputs` can hand them back.
@@ -568,9 +568,11 @@ class Recorder:
         # forward/backward phase change (the backward ops read the forward's values: kept, they are
         # registers, not new inputs), while the Program stays under max_block_ops instructions.
         # Also when no block is open (a sync point right after a Cell call), or the Program would
-        # grow over every later step.
+        # grow over every later step. Its size is its register count (O(1): summing the blocks'
+        # instructions here cost O(blocks) per block end, most of the recorder's time in a training
+        # loop without a sync point).
         drop = self.recording is None and (reason not in _KEEP_PROGRAM
-                                           or self.program.num_instrs() > self.opts.max_block_ops)
+                                           or self.program._n > self._max_block_ops)
         if self.on_close is not None:
             # A run cannot go on into another Program: tier 1 hears "program" then, not "cell".
             self.on_close(reason if not drop or reason not in _KEEP_PROGRAM else "program")

@@ -84,9 +84,10 @@ class ReferenceRecorder:
     def close_block(self, reason: str) -> None:
         b = self.block
         # A Cell boundary or a phase change keeps the Program (values flow on) while it is small
-        # enough; any other end drops it, also when no block is open (a sync right after a Cell).
+        # enough (its register count); any other end drops it, also when no block is open (a sync
+        # right after a Cell).
         drop = not self.recording and (reason not in ("cell", "phase")
-                                       or self.program.num_instrs() > self.real.opts.max_block_ops)
+                                       or self.program._n > self.real.opts.max_block_ops)
         if b is not None:
             self.block = None
             b.end = reason
