@@ -57,6 +57,10 @@ class Metrics:
         self.guard_failures: Counter = Counter()  # reason -> count
         self.fallbacks: Counter = Counter()  # "where: reason" -> count
         self.fused_ops = 0  # ops whose result came from a fused kernel
+        # step switch (cost/step.py)
+        self.step_calls: Counter = Counter()  # "vm" / "bare" -> steps run that way
+        self.step_flips = 0  # a step key's way changed (VM -> bare or back)
+        self.steps_bare = 0  # step keys whose chosen way was bare at the last flip
 
     def flush_ops(self) -> None:
         names = self.op_names
@@ -111,6 +115,9 @@ class Metrics:
             "fallbacks": dict(self.fallbacks),
             "fused_ops": self.fused_ops,
             "fusion_rate": self.fused_ops / seen if seen else 0.0,
+            "step_calls": dict(self.step_calls),
+            "step_flips": self.step_flips,
+            "steps_bare": self.steps_bare,
             **pool_stats,
         }
 

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
+import math
 import threading
 
 import mindspore as ms
+from mindspore import Tensor
+from mindspore._c_expression import _DispatchGuardStack
 
 from time import perf_counter as _perf
 
 from ms_dynvm.frontend.options import Options
 from ms_dynvm.frontend.recorder import Recorder, Recording
 from ms_dynvm.frontend.sync import Hooks
+from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend.tier1 import _EAGER, _MISS, Tier1
 from ms_dynvm.metrics import METRICS
 
@@ -96,6 +101,145 @@ class DynVMMode(ms.MsDispatchMode):
         return out
 
 
+_region_ids = itertools.count(1)
+_REGION_ATTR = "_ms_dynvm_region"
+_MAX_SIZED_ARGS = 16
+_BARE_SYNC_PATIENCE = 64
+
+
+def _region_id(owner):
+    """A small number per region owner (a Cell, a differentiated function), kept on the object
+    (no address in a key); the type's name where it has no __dict__."""
+    d = getattr(owner, "__dict__", None)
+    if type(d) is not dict:
+        return type(owner).__qualname__
+    rid = d.get(_REGION_ATTR)
+    if rid is None:
+        rid = d[_REGION_ATTR] = next(_region_ids)
+    return rid
+
+
+def _size_classes(args) -> tuple:
+    """Per tensor argument (top level, or in a top-level tuple or list), the bit length of its
+    element count: the step switch's size class (cost/step.py)."""
+    out = []
+    for a in args[:_MAX_SIZED_ARGS]:
+        ta = type(a)
+        if ta is Tensor:
+            out.append(math.prod(a.shape).bit_length())
+        elif ta is tuple or ta is list:
+            for e in a[:_MAX_SIZED_ARGS]:
+                if type(e) is Tensor:
+                    out.append(math.prod(e.shape).bit_length())
+    return tuple(out)
+
+
+class StepGate:
+    """Runs each step of the script under the VM or bare, as tier 1's `StepSwitch` decides (see
+    ms_dynvm/cost/step.py for steps, anchors and the policy), and measures it.
+
+    The hooks of frontend/sync.py call `region_start` at every outermost Cell call and backward pass
+    (`depth` counts the hooked calls being run), and `bare_sync` at every sync point while bare. At
+    the anchor's start the gate ends the previous step (its wall time goes to the switch) and applies
+    the next step's way:
+    - to bare: the recorder's block is closed (reason "off": the Program is dropped, as at a sync
+      point, since bare code may write tensors in place unseen; tier 1's run ends) and ms_dynvm's
+      dispatch mode is popped off MindSpore's mode stack;
+    - to the VM: the mode is pushed back.
+    Only while the stack is as ms_dynvm left it: a mode the script entered on top of ours is never
+    popped, and then the step is not switched (nor measured). While bare, the hooks call straight
+    through. Not switched: without jit, with `step_switch=False`, inside `ms_dynvm.record()` (which
+    puts the mode back for its scope). A bare stretch with no anchor start for
+    `_BARE_SYNC_PATIENCE` sync points (the script has left its loop) goes back to the VM. The
+    gate's bookkeeping never raises into the script: a failure is counted in `record_errors`, and
+    the VM is put back."""
+
+    def __init__(self, mode: "DynVMMode") -> None:
+        self.mode = mode
+        self.depth = 0  # hooked Cell calls and backward passes being run
+        self.bare = False  # the mode is off the stack: the hooks call straight through
+        self.stack_depth = _DispatchGuardStack.depth()  # with our mode on top
+        self.anchor = None  # region id of the anchor
+        self.since_anchor = 0  # region starts since the anchor's last one
+        self.step = None  # the step being run: (key, perf_counter at its start, under the VM)
+        self.bare_syncs = 0
+
+    def region_start(self, owner, args, backward: bool = False) -> None:
+        """An outermost Cell call (`owner` the Cell) or backward pass (`owner` the differentiated
+        function or Cell, `backward`) with these arguments is starting."""
+        mode = self.mode
+        t1 = mode.tier1
+        opts = _S.options
+        try:
+            if t1 is None or not mode.serving or opts is None or not opts.step_switch:
+                if self.bare:
+                    self._to_vm()
+                self.step = None
+                return
+            rid = _region_id(owner)
+            if backward:  # (ms.grad(net): the forward call of net and its backward are two regions)
+                rid = ("grad", rid)
+            if rid != self.anchor:
+                if self.anchor is not None:
+                    self.since_anchor += 1
+                    if self.since_anchor <= StepSwitch.ANCHOR_PATIENCE:
+                        return
+                self.anchor = rid
+                self.step = None
+            self.since_anchor = 0
+            self.bare_syncs = 0
+            now = _perf()
+            sw = t1.steps
+            prev = self.step
+            if prev is not None:
+                flips = sw.flips
+                sw.record(prev[0], now - prev[1], prev[2], t1.generation)
+                if sw.flips != flips:
+                    METRICS.step_flips += sw.flips - flips
+                    METRICS.steps_bare = sw.bare_keys()
+            key = (rid, _size_classes(args))
+            vm = sw.decide(key, t1.generation)
+            depth = _DispatchGuardStack.depth()
+            if vm and self.bare:
+                if depth != self.stack_depth - 1:
+                    self.step = None  # the script entered a mode of its own meanwhile
+                    return
+                self._to_vm()
+            elif not vm and not self.bare:
+                if depth != self.stack_depth:
+                    self.step = None
+                    return
+                self._to_bare()
+            METRICS.step_calls["vm" if vm else "bare"] += 1
+            self.step = (key, _perf(), vm)
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
+            self.step = None
+            mode.recorder.on_error("step", e)
+            if self.bare:
+                self._to_vm()
+
+    def bare_sync(self) -> None:
+        self.bare_syncs += 1
+        if self.bare_syncs > _BARE_SYNC_PATIENCE:
+            self.step = None
+            if _DispatchGuardStack.depth() == self.stack_depth - 1:
+                self._to_vm()
+
+    def _to_bare(self) -> None:
+        rec = self.mode.recorder
+        try:
+            rec.close_block("off")
+        except Exception as e:  # noqa: BLE001
+            rec.on_error("step", e)
+        _DispatchGuardStack.pop()
+        self.bare = True
+
+    def _to_vm(self) -> None:
+        self.bare = False
+        if _S.mode is self.mode:
+            _DispatchGuardStack.push(self.mode)
+
+
 class _State:
     mode: DynVMMode | None = None
     recorder: Recorder | None = None
@@ -134,6 +278,7 @@ def enable(**options) -> None:
         hooks.install()
         mode = DynVMMode(rec, tier1)
         mode.__enter__()
+        hooks.gate = StepGate(mode)
         _S.mode, _S.recorder, _S.hooks, _S.options = mode, rec, hooks, opts
         _S.thread = threading.get_ident()
         if not _S.atexit_registered:
@@ -173,12 +318,18 @@ def _apply(opts: Options) -> None:
     if opts.blocking and not _S.options.blocking:
         ms.runtime.launch_blocking()
     _S.recorder.opts = opts
+    gate = _S.hooks.gate
+    if gate.bare and not (opts.step_switch and opts.jit and opts.record):
+        gate.step = None
+        gate._to_vm()
     if any(getattr(opts, k) != getattr(_S.options, k) for k in ("jit", "record") + _TIER1_OPTS):
         _S.mode.tier1 = _make_tier1(_S.recorder, opts)
     if opts.cell_boundaries != _S.options.cell_boundaries:
+        gate = _S.hooks.gate
         _S.hooks.uninstall()
         _S.hooks = Hooks(_S.recorder, opts.cell_boundaries)
         _S.hooks.install()
+        _S.hooks.gate = gate
     _S.options = opts
 
 
@@ -190,7 +341,9 @@ def disable() -> bool:
         if _S.thread != threading.get_ident():
             raise RuntimeError("ms_dynvm was enabled on another thread; disable it there")
         _S.recorder.close_block("end")
-        _S.mode.__exit__(None, None, None)
+        if not _S.hooks.gate.bare:  # (while bare the mode is already off the stack)
+            _S.mode.__exit__(None, None, None)
+        _S.hooks.gate.bare = False
         _S.hooks.uninstall()
         _S.mode = _S.recorder = _S.hooks = _S.options = _S.thread = None
         return True
@@ -221,13 +374,21 @@ def record(**options):
         raise TypeError("record() takes options only when ms_dynvm is not already enabled")
     rec = Recording()
     mode = _S.mode
+    gate = _S.hooks.gate
+    bare = gate.bare  # a recording while bare (cost/step.py): the mode goes back on for its scope
     _S.recorder.begin_recording(rec)
     mode.serving = False
     if mode.tier1 is not None:
         mode.tier1.pending = None
+    if bare:
+        _DispatchGuardStack.push(mode)
+        gate.bare = False
     try:
         yield rec
     finally:
+        if bare:
+            gate.bare = True
+            _DispatchGuardStack.pop()
         mode.serving = True
         _S.recorder.end_recording()
         if not was_on:

@@ -13,6 +13,7 @@ TypeError (a typo should not be silently ignored).
 | compile_threshold | DYNVM_COMPILE_THRESHOLD | 2 | calls of a run before the cost model may promote it (1: compile at first sight, for tests) |
 | compile_async | DYNVM_COMPILE_ASYNC | True | compile on a background thread while the group keeps running eagerly (tier-up); False: compile inside the call that makes the group hot (tests, benchmarks of compile counts) |
 | compile_policy | DYNVM_COMPILE_POLICY | cost | "cost": compile when the cost model says it pays; "threshold": as soon as the threshold is passed (tests, demos) |
+| step_switch | DYNVM_STEP_SWITCH | True | with jit: time whole steps (from one call of the anchor, the first outermost nn.Cell or differentiated function seen, to its next call), per size class, under the VM and bare (plain MindSpore: ms_dynvm's dispatch mode off the stack), and run each size class the faster way (`ms_dynvm/cost/step.py`); False: everything under the VM |
 | kernel_threads | DYNVM_KERNEL_THREADS | 0 | OpenMP threads of fused kernels; 0 = automatic (1 on <= 2 cores, where MindSpore's worker threads occupy the cores) |
 | pool_results | DYNVM_POOL_RESULTS | True | kernel results from the memory pool (off: a fresh NumPy array per result) |
 | pool_soft_cap_mb | DYNVM_POOL_SOFT_CAP_MB | 256 | memory pool for kernel results: free blocks above this many MiB reserved are returned at safe points |
@@ -47,6 +48,7 @@ class Options:
     compile_threshold: int = 2
     compile_policy: str = "cost"
     compile_async: bool = True
+    step_switch: bool = True
     kernel_threads: int = 0
     pool_results: bool = True
     pool_soft_cap_mb: int = 256

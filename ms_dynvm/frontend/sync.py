@@ -7,6 +7,9 @@
   tensor's register (a later use reads the new value as a fresh input).
 - Phase: `_PyNativeExecutor.grad` runs the backward pass; wrapping it tells forward from backward.
 - Regions: `nn.Cell.__call__` boundaries (see the `cell_boundaries` option).
+- Steps: every outermost Cell call and backward pass is a region start for the step switch
+  (`dispatch.StepGate`, `cost/step.py`), also with `cell_boundaries="none"`; while a step runs bare
+  (ms_dynvm's dispatch mode off the stack), the hooks call straight through.
 
 Hooks are installed once per `enable()` and removed by `disable()`. They act only for the thread that
 called `enable()` (MindSpore's dispatch-mode stack is per thread, so ops from other threads are not
@@ -53,6 +56,7 @@ class Hooks:
         self.cell_boundaries = cell_boundaries
         self._saved: list = []
         self._cell_depth = 0
+        self.gate = None  # dispatch.StepGate: steps under the VM or bare (cost/step.py)
 
     def _patch(self, owner, name: str, wrapper) -> None:
         orig = getattr(owner, name, None)
@@ -64,18 +68,24 @@ class Hooks:
 
     def install(self) -> None:
         rec, me = self.recorder, self.thread
+        hooks = self
 
         for name in SYNC_METHODS:
             def make(orig, reason=name):
                 def sync_hook(self, *a, **k):
                     if threading.get_ident() == me:
-                        _safe(rec, reason, rec.sync, reason)
+                        gate = hooks.gate
+                        if gate is not None and gate.bare:
+                            gate.bare_sync()
+                        else:
+                            _safe(rec, reason, rec.sync, reason)
                     return orig(self, *a, **k)
                 return sync_hook
             self._patch(Tensor, name, make)
 
         def make_setitem(orig):
             def setitem_hook(self, key, value):
+                # (Inside a bare region too: the tensor may carry a tag or a token of before it.)
                 if threading.get_ident() == me:
                     _safe(rec, "__setitem__", rec.sync, "__setitem__")
                     out = orig(self, key, value)
@@ -86,42 +96,68 @@ class Hooks:
         self._patch(Tensor, "__setitem__", make_setitem)
 
         def make_grad(orig):
-            def grad_hook(*a, **k):
-                if threading.get_ident() != me:
-                    return orig(*a, **k)
+            def vm_grad(a, k):
                 prev = rec.phase
                 _safe(rec, "grad", rec.set_phase, "bwd")
                 try:
                     return orig(*a, **k)
                 finally:
                     _safe(rec, "grad", rec.set_phase, prev)
+
+            def grad_hook(*a, **k):
+                if threading.get_ident() != me:
+                    return orig(*a, **k)
+                gate = hooks.gate
+                if gate is None:
+                    return vm_grad(a, k)
+                if not gate.depth:
+                    # (executor, obj, grad, weights, grad_position, has_aux, *args)
+                    gate.region_start(a[1] if len(a) > 1 else None, a[6:], True)
+                gate.depth += 1
+                try:
+                    return orig(*a, **k) if gate.bare else vm_grad(a, k)
+                finally:
+                    gate.depth -= 1
             return grad_hook
         self._patch(_PyNativeExecutor, "grad", make_grad)
 
-        if self.cell_boundaries != "none":
-            hooks = self
-            top_only = self.cell_boundaries == "top"
+        top_only = self.cell_boundaries == "top"
+        no_bounds = self.cell_boundaries == "none"
 
-            def make_call(orig):
-                def cell_call_hook(cell, *a, **k):
-                    if threading.get_ident() != me or (top_only and hooks._cell_depth):
-                        hooks._cell_depth += threading.get_ident() == me
+        def make_call(orig):
+            def vm_call(cell, a, k):
+                outer = rec.region
+                _safe(rec, "Cell", tag_parameters, cell)
+                _safe(rec, "Cell", rec.enter_region, type(cell).__name__)
+                hooks._cell_depth += 1
+                try:
+                    return orig(cell, *a, **k)
+                finally:
+                    hooks._cell_depth -= 1
+                    _safe(rec, "Cell", rec.exit_region)
+                    rec.region = outer
+
+            def cell_call_hook(cell, *a, **k):
+                if threading.get_ident() != me:
+                    return orig(cell, *a, **k)
+                gate = hooks.gate
+                if gate is not None:
+                    if not gate.depth:
+                        gate.region_start(cell, a)
+                    gate.depth += 1
+                try:
+                    if (top_only and hooks._cell_depth) or no_bounds or (gate is not None and gate.bare):
+                        hooks._cell_depth += 1
                         try:
                             return orig(cell, *a, **k)
                         finally:
-                            hooks._cell_depth -= threading.get_ident() == me
-                    outer = rec.region
-                    _safe(rec, "Cell", tag_parameters, cell)
-                    _safe(rec, "Cell", rec.enter_region, type(cell).__name__)
-                    hooks._cell_depth += 1
-                    try:
-                        return orig(cell, *a, **k)
-                    finally:
-                        hooks._cell_depth -= 1
-                        _safe(rec, "Cell", rec.exit_region)
-                        rec.region = outer
-                return cell_call_hook
-            self._patch(nn.Cell, "__call__", make_call)
+                            hooks._cell_depth -= 1
+                    return vm_call(cell, a, k)
+                finally:
+                    if gate is not None:
+                        gate.depth -= 1
+            return cell_call_hook
+        self._patch(nn.Cell, "__call__", make_call)
 
     def uninstall(self) -> None:
         while self._saved:

@@ -60,6 +60,7 @@ from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import TensorType, eval_dim
 from ms_dynvm.cost.model import CostModel, GroupStats, SizeSwitch
+from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend import recorder as _recorder
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.frontend.normalize import vm_dtype
@@ -527,6 +528,8 @@ class Tier1:
         self._serial = 0
         self._warned = False
         self.last_eager = 0.0  # perf_counter when an op last ran eagerly
+        self.generation = 0  # kernels installed so far (the step switch's measurements age with it)
+        self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
     def reset(self, recorder, opts) -> None:
@@ -1299,6 +1302,7 @@ class Tier1:
         if not t.kernels:
             METRICS.groups_compiled += 1
         t.kernels[sig] = (kernel, fn, sig.guards())
+        self.generation += 1
         t.families.pop(sig, None)
         t.stats.compiled = True
         lst = self.starts.setdefault(t.steps[0].key[0], [])

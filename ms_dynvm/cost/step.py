@@ -1,0 +1,136 @@
+"""Step switch: run each step of a script under the VM or bare, by measured time, per size class.
+
+ms_dynvm pays for itself only where its kernels save more than its handler, recorder and run
+tracking cost; on small models with little to fuse it makes a step slower than MindSpore alone.
+So it measures whole steps both ways and runs each size class the faster way.
+
+Steps. The frontend (`frontend/dispatch.py`, `StepGate`) sees every *region start*: an outermost
+`nn.Cell` call or a backward pass (`_PyNativeExecutor.grad`) outside any Cell call. One region
+owner (a Cell, a differentiated function) is the *anchor*: the first one seen, replaced by another
+one when the anchor has not started for `ANCHOR_PATIENCE` region starts. A step is the time from one
+start of the anchor to its next start: in a training loop, the whole iteration (forward, loss,
+backward, optimizer, the script's own code); in an inference loop, one call and what follows it.
+Its key is the anchor and a size class of the anchor call's tensor arguments (per argument, the bit
+length of its element count: roughly per batch size and sequence length, a bounded number of
+classes).
+
+Two ways to run a step:
+- under the VM: ms_dynvm's dispatch mode sees every op: it records, tracks runs, compiles, serves;
+- bare: the dispatch mode is off MindSpore's mode stack until the next anchor start, and MindSpore
+  runs the step alone, at plain eager speed (nothing recorded, counted or fused).
+
+Policy, per key (the numbers are class attributes):
+- the first `LEARN` steps run under the VM and are not measured (the recorder makes its plans, tier 1
+  counts its runs and may start compiles: not the steady state);
+- then each step picks a way at random (a seeded generator: a script that calls the anchor twice per
+  iteration must not measure one way always on the first call and the other on the second) until
+  each way has `MIN_SAMPLES` measurements;
+- then the key runs the way whose median over its last `WINDOW` measurements is lower, switching
+  only past `HYSTERESIS` (5%); the other way is re-measured in one step in `PROBE_EVERY` (at random),
+  half as often after each probe that confirms the choice (down to one in `MAX_PROBE_EVERY`: a
+  probe of the slower way costs its difference), back to `PROBE_EVERY` when the choice changes;
+- when tier 1 installs a kernel (its `generation` changes), the VM measurements of every key are
+  stale (they were taken without it): they are dropped, and the key runs under the VM until it has
+  `MIN_SAMPLES` new ones. A VM step during which a kernel was installed is no measurement either.
+
+While a key runs bare, its groups are neither counted nor compiled except in probe steps, so a
+workload whose groups would pay only after very many calls may stay bare. That is the chosen trade:
+under `enable()` a script should not run slower than without it where ms_dynvm can measure that.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import deque
+
+
+class _Key:
+    __slots__ = ("n", "vm", "bare", "on", "gen", "every")
+
+    def __init__(self, window: int, gen: int) -> None:
+        self.n = 0
+        self.vm: deque = deque(maxlen=window)
+        self.bare: deque = deque(maxlen=window)
+        self.on = True  # the way chosen once both have samples: VM (True) or bare
+        self.gen = gen
+        self.every = StepSwitch.PROBE_EVERY  # the other way is probed in one step in this many
+
+
+class StepSwitch:
+    """Per step key: under the VM or bare (see the module docstring)."""
+
+    LEARN = 2
+    MIN_SAMPLES = 3
+    WINDOW = 7
+    PROBE_EVERY = 16
+    MAX_PROBE_EVERY = 256
+    HYSTERESIS = 0.05
+    MAX_KEYS = 4096
+    ANCHOR_PATIENCE = 64
+
+    def __init__(self, seed: int = 0x5EED) -> None:
+        self.keys: dict = {}
+        self.flips = 0  # VM -> bare and bare -> VM decisions of a key
+        self._rng = random.Random(seed)
+
+    def _get(self, key, generation: int) -> _Key:
+        k = self.keys.get(key)
+        if k is None:
+            if len(self.keys) >= self.MAX_KEYS:
+                del self.keys[next(iter(self.keys))]  # the oldest key
+            k = self.keys[key] = _Key(self.WINDOW, generation)
+        elif k.gen != generation:
+            k.vm.clear()
+            k.gen = generation
+            k.every = self.PROBE_EVERY
+        return k
+
+    def decide(self, key, generation: int) -> bool:
+        """True: run this step of `key` under the VM; False: bare. `generation`: tier 1's count of
+        installed kernels."""
+        k = self._get(key, generation)
+        k.n += 1
+        if k.n <= self.LEARN:
+            return True
+        need_vm = len(k.vm) < self.MIN_SAMPLES
+        need_bare = len(k.bare) < self.MIN_SAMPLES
+        if need_vm and need_bare:
+            return self._rng.random() < 0.5
+        if need_vm or need_bare:
+            return need_vm
+        return k.on != (self._rng.random() < 1.0 / k.every)
+
+    def record(self, key, seconds: float, vm: bool, generation: int) -> None:
+        """A step of `key` run as `decide` said took `seconds` (wall). The first `LEARN` steps and a
+        VM step across a generation change are not measurements."""
+        k = self.keys.get(key)
+        if k is None or k.n <= self.LEARN:
+            return
+        if vm:
+            if generation != k.gen:
+                return
+            k.vm.append(seconds)
+        else:
+            k.bare.append(seconds)
+        if len(k.vm) >= self.MIN_SAMPLES and len(k.bare) >= self.MIN_SAMPLES:
+            v, b = statistics.median(k.vm), statistics.median(k.bare)
+            if k.on and v > b * (1 + self.HYSTERESIS):
+                k.on = False
+                self.flips += 1
+                k.every = self.PROBE_EVERY
+            elif not k.on and v < b * (1 - self.HYSTERESIS):
+                k.on = True
+                self.flips += 1
+                k.every = self.PROBE_EVERY
+            elif vm != k.on:
+                # A probe that confirmed the choice: probe half as often (down to one step in
+                # MAX_PROBE_EVERY), so that a settled key pays little for re-measuring.
+                k.every = min(2 * k.every, self.MAX_PROBE_EVERY)
+
+    def is_on(self, key) -> bool:
+        k = self.keys.get(key)
+        return k is None or k.on
+
+    def bare_keys(self) -> int:
+        return sum(not k.on for k in self.keys.values())

@@ -1,0 +1,84 @@
+"""The measured per-step VM/bare switch (`ms_dynvm.cost.step.StepSwitch`). Pure Python: no MindSpore."""
+
+from ms_dynvm.cost.step import StepSwitch
+
+
+def _steps(sw, key, n, vm_s, bare_s, gen=0):
+    """n steps of `key`, each run as the switch decides and timed as given; the decisions."""
+    out = []
+    for _ in range(n):
+        vm = sw.decide(key, gen)
+        out.append(vm)
+        sw.record(key, vm_s if vm else bare_s, vm, gen)
+    return out
+
+
+def test_learning_steps_run_under_the_vm_and_are_not_measurements():
+    sw = StepSwitch()
+    d = _steps(sw, "k", StepSwitch.LEARN, vm_s=9.0, bare_s=1.0)
+    assert d == [True] * StepSwitch.LEARN
+    k = sw.keys["k"]
+    assert not k.vm and not k.bare
+
+
+def test_a_key_where_the_vm_is_slower_goes_bare_and_probes_rarely():
+    sw = StepSwitch()
+    d = _steps(sw, "k", 600, vm_s=1.5, bare_s=1.0)
+    assert not sw.is_on("k") and sw.flips == 1 and sw.bare_keys() == 1
+    late = d[100:]
+    # Probes back off: after the first confirming probes, at most about one step in 64 runs under
+    # the VM (MAX_PROBE_EVERY = 256; random, so a loose bound).
+    assert 0 < sum(late) <= len(late) // 32
+    assert sw.keys["k"].every > StepSwitch.PROBE_EVERY
+
+
+def test_a_key_where_the_vm_is_faster_stays_under_it():
+    sw = StepSwitch()
+    d = _steps(sw, "k", 400, vm_s=0.5, bare_s=1.0)
+    assert sw.is_on("k") and sw.flips == 0
+    late = d[100:]
+    assert sum(not x for x in late) <= len(late) // 32
+
+
+def test_sampling_picks_both_ways_before_deciding():
+    sw = StepSwitch()
+    _steps(sw, "k", 40, vm_s=1.0, bare_s=1.0)
+    k = sw.keys["k"]
+    assert len(k.vm) >= StepSwitch.MIN_SAMPLES and len(k.bare) >= StepSwitch.MIN_SAMPLES
+    assert sw.is_on("k")  # equal times: within the hysteresis, the VM stays
+
+
+def test_a_bare_key_switches_back_when_the_vm_becomes_faster():
+    sw = StepSwitch()
+    _steps(sw, "k", 200, vm_s=2.0, bare_s=1.0)
+    assert not sw.is_on("k")
+    # A kernel got installed (generation 1): the VM's samples are stale, the next steps re-measure it.
+    d = _steps(sw, "k", StepSwitch.MIN_SAMPLES, vm_s=0.4, bare_s=1.0, gen=1)
+    assert d == [True] * StepSwitch.MIN_SAMPLES
+    assert sw.is_on("k") and sw.flips == 2
+    assert sw.keys["k"].every == StepSwitch.PROBE_EVERY
+
+
+def test_a_vm_step_across_a_generation_change_is_no_measurement():
+    sw = StepSwitch()
+    _steps(sw, "k", 30, vm_s=1.0, bare_s=1.0)
+    n = len(sw.keys["k"].vm)
+    while not sw.decide("k", 0):
+        pass
+    sw.record("k", 5.0, True, 1)  # a kernel was installed during the step
+    assert len(sw.keys["k"].vm) == n and 5.0 not in sw.keys["k"].vm
+
+
+def test_keys_are_independent_and_bounded():
+    sw = StepSwitch()
+    _steps(sw, "slow", 200, vm_s=3.0, bare_s=1.0)
+    _steps(sw, "fast", 200, vm_s=0.3, bare_s=1.0)
+    assert not sw.is_on("slow") and sw.is_on("fast")
+    old = StepSwitch.MAX_KEYS
+    try:
+        StepSwitch.MAX_KEYS = 3
+        for i in range(5):
+            sw.decide(("new", i), 0)
+        assert len(sw.keys) == 3 and "slow" not in sw.keys
+    finally:
+        StepSwitch.MAX_KEYS = old

@@ -1,0 +1,221 @@
+"""The step switch in the frontend (`dispatch.StepGate`, hooks in `sync.py`): steps run bare (ms_dynvm's
+dispatch mode off MindSpore's mode stack) or under the VM, with results equal to eager across every
+transition, the mode stack always restored, and the script's own modes never touched."""
+
+import numpy as np
+import pytest
+
+ms = pytest.importorskip("mindspore")
+from mindspore import nn, ops  # noqa: E402
+from mindspore._c_expression import _DispatchGuardStack  # noqa: E402
+
+import ms_dynvm  # noqa: E402
+from ms_dynvm.cost.step import StepSwitch  # noqa: E402
+from ms_dynvm.frontend import dispatch  # noqa: E402
+from profiling.workloads import WORKLOADS  # noqa: E402
+
+ms.runtime.launch_blocking()
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    ms_dynvm.reset_stats()
+    base = _DispatchGuardStack.depth()
+    yield base
+    ms_dynvm.disable()
+    assert _DispatchGuardStack.depth() == base
+
+
+def _script(monkeypatch, ways):
+    """Make every StepSwitch decide as `ways` says, in order (then under the VM); the decisions made."""
+    it = iter(ways)
+    made = []
+
+    def decide(self, key, generation):
+        vm = next(it, True)
+        made.append(vm)
+        return vm
+
+    monkeypatch.setattr(StepSwitch, "decide", decide)
+    return made
+
+
+def _np(outs):
+    return [o.asnumpy() for o in outs]
+
+
+WAYS = [True, True, False, False, True, False, True, True, False, True, False, False]
+
+
+@pytest.mark.parametrize("name", ["mlp", "attention", "layernorm_gelu", "transformer"])
+def test_results_equal_eager_across_transitions(monkeypatch, _clean, name):
+    fn, inputs = WORKLOADS[name](seed=5)
+    want = _np(fn(*inputs))
+    made = _script(monkeypatch, WAYS)
+    ms_dynvm.enable(step_switch=True, compile_policy="threshold", compile_threshold=1)
+    depths, last = [], []
+    for _ in range(len(WAYS)):
+        got = fn(*inputs)
+        depths.append(_DispatchGuardStack.depth())
+        last.append(made[-1])  # the way of the last anchor start (layernorm_gelu calls its net twice)
+        for g, w in zip(_np(got), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    s = ms_dynvm.stats()
+    assert not s["record_errors"], s["record_errors"]
+    assert made[:len(WAYS)] == WAYS[:len(made)] and len(made) >= len(WAYS)
+    # Bare steps leave the mode off the stack until the next anchor start; VM steps keep it on.
+    assert depths == [_clean + (1 if w else 0) for w in last]
+    assert s["step_calls"]["bare"] == made.count(False) == WAYS[:len(made)].count(False)
+
+
+def test_bare_steps_are_bit_identical_to_eager_and_unseen(monkeypatch):
+    fn, inputs = WORKLOADS["mlp"](seed=1)
+    want = _np(fn(*inputs))
+    _script(monkeypatch, [True, False, False, False])
+    ms_dynvm.enable(step_switch=True)
+    fn(*inputs)
+    seen = ms_dynvm.stats()["ops_seen"]
+    for _ in range(3):
+        got = _np(fn(*inputs))
+        assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    # Bare: the handler saw none of their ops (what the sync hook closes is the VM step's block).
+    assert ms_dynvm.stats()["ops_seen"] == seen
+
+
+class _Boom(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(4, 3)
+        self.fail = False
+
+    def construct(self, x):
+        y = ops.relu(self.dense(x))
+        if self.fail:
+            raise ValueError("boom")
+        return y
+
+
+def test_an_exception_in_a_bare_step_leaves_the_stack_sound(monkeypatch, _clean):
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [True, False, False, True])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    net.fail = True
+    with pytest.raises(ValueError, match="boom"):
+        net(x)  # bare
+    net.fail = False
+    assert _DispatchGuardStack.depth() == _clean  # still bare: the mode is off the stack
+    np.testing.assert_array_equal(net(x).asnumpy(), ops.relu(net.dense(x)).asnumpy())
+    net(x)  # under the VM again
+    assert _DispatchGuardStack.depth() == _clean + 1
+    assert ms_dynvm.disable() and _DispatchGuardStack.depth() == _clean
+
+
+def test_disable_and_enable_while_bare(monkeypatch, _clean):
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [True, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    net(x)  # bare
+    assert dispatch._S.hooks.gate.bare
+    assert ms_dynvm.disable() is True
+    assert _DispatchGuardStack.depth() == _clean
+    ms_dynvm.enable(step_switch=True)
+    assert _DispatchGuardStack.depth() == _clean + 1
+    before = ms_dynvm.stats()["ops_seen"]
+    ops.exp(x)
+    assert ms_dynvm.stats()["ops_seen"] == before + 1
+
+
+def test_turning_the_switch_off_while_bare_puts_the_vm_back(monkeypatch, _clean):
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [True, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    net(x)  # bare
+    ms_dynvm.enable(step_switch=False)
+    assert _DispatchGuardStack.depth() == _clean + 1
+    before = ms_dynvm.stats()["ops_seen"]
+    ops.exp(x)
+    assert ms_dynvm.stats()["ops_seen"] == before + 1
+
+
+def test_a_mode_the_script_entered_is_never_popped(monkeypatch, _clean):
+    seen = []
+
+    class Spy(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, args, kwargs=None):
+            seen.append(func.name)
+            return func(*args)
+
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    made = _script(monkeypatch, [True, False, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    with Spy():
+        net(x)  # the switch says bare, but the Spy is on top of ms_dynvm's mode: nothing is popped
+        assert _DispatchGuardStack.depth() == _clean + 2
+        assert seen  # the script's mode saw the ops
+    assert made[:2] == [True, False]
+    assert _DispatchGuardStack.depth() == _clean + 1
+    assert ms_dynvm.stats()["step_calls"].get("bare", 0) == 0
+
+
+def test_record_inside_a_bare_step_records(monkeypatch):
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [True, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    net(x)  # bare
+    with ms_dynvm.record() as rec:
+        y = ops.exp(x) * 2
+    assert "exp" in rec.program.as_text()
+    np.testing.assert_allclose(ms_dynvm.interpret(rec.program, [x.asnumpy()])[-1], y.asnumpy(), rtol=1e-6)
+    assert dispatch._S.hooks.gate.bare  # still bare after the recording
+
+
+def test_a_long_bare_stretch_without_the_anchor_returns_to_the_vm(monkeypatch, _clean):
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [True, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    net(x)  # bare; the loop is over, the script goes on without the anchor
+    for _ in range(dispatch._BARE_SYNC_PATIENCE + 1):
+        ops.exp(x).asnumpy()
+    assert _DispatchGuardStack.depth() == _clean + 1
+    before = ms_dynvm.stats()["ops_seen"]
+    ops.exp(x)
+    assert ms_dynvm.stats()["ops_seen"] == before + 1
+
+
+def test_not_switched_without_jit_or_with_the_option_off(monkeypatch):
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [False] * 10)
+    for opts in ({"jit": False, "step_switch": True}, {"step_switch": False}):
+        ms_dynvm.reset_stats()
+        ms_dynvm.enable(**opts)
+        for _ in range(4):
+            net(x)
+        assert not ms_dynvm.stats()["step_calls"]
+        ms_dynvm.disable()
+
+
+def test_measured_policy_on_a_training_loop():
+    """Real timing: the switch measures both ways, and every step's results equal eager."""
+    fn, inputs = WORKLOADS["mlp"](seed=2)
+    want = _np(fn(*inputs))
+    ms_dynvm.enable(step_switch=True)
+    for _ in range(40):
+        for g, w in zip(_np(fn(*inputs)), want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    calls = ms_dynvm.stats()["step_calls"]
+    assert calls.get("vm", 0) >= StepSwitch.MIN_SAMPLES and calls.get("bare", 0) >= StepSwitch.MIN_SAMPLES
