@@ -3,10 +3,12 @@
 In one process, MindSpore's blocking mode (its fastest eager mode on CPU). Each workload is one
 training step (forward, backward through `value_and_grad`, optimizer update) of a small model, on a
 batch whose size is drawn anew for every step. Every round runs N steps eagerly, then the same N
-steps (same sizes, same data, same starting weights) under `ms_dynvm.enable()` with the default
-cost policy (and background compiles), then under `enable(compile_policy="threshold",
-compile_async=False)` (every group compiled once hot, within the warm-up); the order of the three rotates from
-round to round. Medians of the per-step wall time over rounds are reported, with the ratio to
+steps (same sizes, same data, same starting weights) under `ms_dynvm.enable()` (the defaults: cost
+policy, background compiles, the step switch), under `enable(step_switch=False)` (every step under
+the VM), and under `enable(compile_policy="threshold", compile_async=False, step_switch=False)`
+(every group compiled once hot, within the warm-up, every step under the VM); the order of the four
+rotates from round to round. The step switch learns per size class (cost/step.py); "steps vm/bare"
+is how the last round's steps ran. Medians of the per-step wall time over rounds are reported, with the ratio to
 eager, the fusion rate and fallbacks of the timed rounds, and the largest relative difference of a
 step's loss from eager's (the weights start equal in each configuration of a round).
 
@@ -97,7 +99,8 @@ def main() -> int:
     configs = {
         "eager": None,
         "ms_dynvm": {},
-        "threshold": {"compile_policy": "threshold", "compile_async": False},
+        "vm-only": {"step_switch": False},
+        "threshold": {"compile_policy": "threshold", "compile_async": False, "step_switch": False},
     }
     results = {}
     for wname, make in (("mlp", mlp), ("lngelu", lngelu)):
@@ -151,8 +154,10 @@ def main() -> int:
                 continue
             st = stats[cfg][-1]
             fb = {k: v for k, v in st["fallbacks"].items()}
+            sc = st["step_calls"]
+            steps = f"  steps vm/bare {sc.get('vm', 0)}/{sc.get('bare', 0)}" if sc else ""
             print(f"{wname:10} {cfg:10} {med * 1e3:9.3f} {eager_med / med:8.2f}x {st['fusion_rate']:7.1%} "
-                  f"{diff:18.2e}  {fb}")
+                  f"{diff:18.2e}  {fb}{steps}")
     return 0
 
 

@@ -70,6 +70,9 @@ def main():
           f"{st['fused_ops']} ops served from fused kernels ({100 * st['fusion_rate']:.1f}%), "
           f"kernel cache hit rate {100 * st['cache_hit_rate']:.1f}%")
     print("tier-1 fallbacks:", st["fallbacks"] or "none", " guard failures:", st["guard_failures"] or "none")
+    sc = st["step_calls"]
+    print(f"step switch (per size class, by measured time): {sc.get('vm', 0)} steps under the VM, "
+          f"{sc.get('bare', 0)} bare (plain MindSpore); size classes settled on bare: {st['steps_bare']}")
     with ms_dynvm.record() as rec:
         x = ms.Tensor(rng.standard_normal((2, 16, 64)).astype(np.float32))
         m = ms.Tensor(np.ones((2, 16), np.float32))

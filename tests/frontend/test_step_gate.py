@@ -219,3 +219,70 @@ def test_measured_policy_on_a_training_loop():
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     calls = ms_dynvm.stats()["step_calls"]
     assert calls.get("vm", 0) >= StepSwitch.MIN_SAMPLES and calls.get("bare", 0) >= StepSwitch.MIN_SAMPLES
+
+
+def _trainer(seed):
+    """A fresh Dense-ReLU-Dense regression with deterministic weights, trained with Adam (in-place
+    parameter and state updates, some of them in bare steps), the batch size changing every step;
+    (step, batches)."""
+    net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 4))
+    rng = np.random.default_rng(seed)
+    for p in net.trainable_params():
+        p.set_data(ms.Tensor((0.3 * rng.standard_normal(p.shape)).astype(np.float32)))
+    opt = nn.Adam(net.trainable_params(), 1e-2)
+    grad_fn = ms.value_and_grad(lambda x, y: ((net(x) - y) ** 2).mean(), None, opt.parameters)
+
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        opt(grads)
+        return float(loss.asnumpy())
+
+    batches = []
+    for _ in range(16):
+        b = int(rng.integers(1, 9))
+        batches.append((ms.Tensor(rng.standard_normal((b, 8)).astype(np.float32)),
+                        ms.Tensor(rng.standard_normal((b, 4)).astype(np.float32))))
+    return step, batches
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_training_with_in_place_updates_in_bare_steps_matches_eager(monkeypatch, seed):
+    step, batches = _trainer(seed)
+    want = [step(x, y) for x, y in batches]
+    ways = [bool(w) for w in np.random.default_rng(seed + 10).integers(0, 2, 64)]
+    _script(monkeypatch, ways)
+    step, batches = _trainer(seed)
+    ms_dynvm.enable(step_switch=True, compile_policy="threshold", compile_threshold=1)
+    got = [step(x, y) for x, y in batches]
+    assert not ms_dynvm.stats()["record_errors"]
+    assert ms_dynvm.stats()["step_calls"].get("bare", 0) > 0
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_only_the_anchor_decides_and_a_new_anchor_takes_over(monkeypatch):
+    a, b = _Boom(), _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    keys = []
+
+    def decide(self, key, generation):
+        keys.append(key)
+        return True
+
+    monkeypatch.setattr(StepSwitch, "decide", decide)
+    ms_dynvm.enable(step_switch=True)
+    for _ in range(5):
+        a(x)
+        b(x)
+    rid_a = a.__dict__[dispatch._REGION_ATTR]
+    assert len(keys) == 5 and all(k[0] == rid_a for k in keys)
+    # The loop now calls b alone: after ANCHOR_PATIENCE starts without a, b is the anchor.
+    keys.clear()
+    for _ in range(StepSwitch.ANCHOR_PATIENCE + 5):
+        b(x)
+    rid_b = b.__dict__[dispatch._REGION_ATTR]
+    # (b's start after the last a counted too: b takes over at the 64th start of this loop.)
+    assert all(k[0] == rid_b for k in keys) and len(keys) == 6
+    # Size classes: another batch size is another key of the same anchor.
+    keys.clear()
+    b(ms.Tensor(np.ones((64, 4), np.float32)))
+    assert keys[-1][0] == rid_b and keys[-1][1] != (x.size.bit_length(),) and keys[-1][1] == ((64 * 4).bit_length(),)
