@@ -286,3 +286,31 @@ def test_only_the_anchor_decides_and_a_new_anchor_takes_over(monkeypatch):
     keys.clear()
     b(ms.Tensor(np.ones((64, 4), np.float32)))
     assert keys[-1][0] == rid_b and keys[-1][1] != (x.size.bit_length(),) and keys[-1][1] == ((64 * 4).bit_length(),)
+
+
+def test_train_one_step_cell_under_the_switch_matches_eager(monkeypatch):
+    """nn.TrainOneStepCell: the backward pass runs inside the anchor Cell (not a region of its own)."""
+
+    def make(seed):
+        net = nn.SequentialCell(nn.Dense(6, 12), nn.Tanh(), nn.Dense(12, 3))
+        rng = np.random.default_rng(seed)
+        for p in net.trainable_params():
+            p.set_data(ms.Tensor((0.4 * rng.standard_normal(p.shape)).astype(np.float32)))
+        loss_net = nn.WithLossCell(net, nn.MSELoss())
+        return nn.TrainOneStepCell(loss_net, nn.Momentum(net.trainable_params(), 0.05, 0.9))
+
+    rng = np.random.default_rng(7)
+    data = []
+    for _ in range(14):
+        b = int(rng.integers(1, 6))
+        data.append((ms.Tensor(rng.standard_normal((b, 6)).astype(np.float32)),
+                     ms.Tensor(rng.standard_normal((b, 3)).astype(np.float32))))
+    train = make(3)
+    want = [float(train(x, y).asnumpy()) for x, y in data]
+    _script(monkeypatch, [True, True, False, True, False, False, True, False, True, True, False, True, False, True])
+    train = make(3)
+    ms_dynvm.enable(step_switch=True, compile_policy="threshold", compile_threshold=1)
+    got = [float(train(x, y).asnumpy()) for x, y in data]
+    s = ms_dynvm.stats()
+    assert not s["record_errors"] and s["step_calls"]["bare"] == 6 and s["step_calls"]["vm"] == 8
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
