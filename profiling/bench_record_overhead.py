@@ -10,6 +10,8 @@ Configurations:
 - passthrough:  an MsDispatchMode whose handler only calls `func(*args)` (twice: passthrough2, A/A)
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
+                (ops that find their plan recorded by the C hot path, frontend/_crecord.c)
+- record-py:    the same with enable(c_hot_path=False): the recorder in Python only
 - record+jit:   only with --jit: ms_dynvm.enable(): recording plus tier-1 run tracking (and serving
                 where compiled; compiling happens inside the timed calls)
 
@@ -31,10 +33,17 @@ Per-op overhead of `record` over `passthrough`, several ways (all in us per disp
   calls do not disturb the other figures.
 - replay: the ops of one call (name, arguments, result) captured once, then fed to a fresh
   `Recorder.on_op` in a tight loop with the collector off and no MindSpore op running in between (no
-  worker thread spinning, warm caches): the recorder's own cost, nearly independent of machine load,
-  and 2-4x below the in-handler figure (the same code right after an op). Median and minimum over
-  repetitions of the per-op mean; "new": the median with the recorder's plan caches emptied before
-  each repetition (every op a first of its key: the full path, and making the plan).
+  worker thread spinning, warm caches): the recorder's own cost, nearly independent of machine load.
+  Caveat (found 2026-12-03): the captured argument tensors are the script's copies of the results,
+  which carry the capture's tags (MindSpore copies user data when it hands a result to the script),
+  so in a replay nearly every argument is a fresh input of the replaying recorder: the replay
+  measures the first-sight path (inputs made, the plan still looked up), not the steady state's
+  plan hits, which only the in-handler figures show. Median and minimum over repetitions of the
+  per-op mean; "new": the median with the recorder's plan caches emptied before each repetition
+  (every op a first of its key: the full path, and making the plan); "py": the median without the
+  C hot path.
+- record-py: the Python-only recorder (`c_hot_path=False`), end to end and in the handler
+  (record-py(timed)), against record (with the C hot path for plan hits).
 
 The recorder's plan cache (see its module doc) is process-wide: after the warm-up calls every op of
 these workloads finds its plan, so the other figures are of the steady state.
@@ -158,6 +167,7 @@ def main() -> None:
     # on_op), not in a quiet loop, where it is several times cheaper than right after an op.
     ttn = time.thread_time_ns
     spent = {name: [] for name in cases}
+    spent_py = {name: [] for name in cases}
     orig_on_op = rec_mod.Recorder.on_op
     current = [None]
 
@@ -166,7 +176,7 @@ def main() -> None:
         t1 = ttn()
         orig_on_op(self, name, a, out)
         t2 = ttn()
-        spent[current[0]].append((t2 - t1) - (t1 - t0))
+        (spent if rec_mod._hit is not None else spent_py)[current[0]].append((t2 - t1) - (t1 - t0))
 
     def run_config(cfg, fn, inp, calls):
         if cfg == "eager":
@@ -174,23 +184,24 @@ def main() -> None:
         if cfg in ("passthrough", "passthrough2"):
             with PassThrough():
                 return run(fn, inp, calls)
-        if cfg == "record(timed)":
+        if cfg.endswith("(timed)"):
             rec_mod.Recorder.on_op = timed_on_op
-        ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"))
+        ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"),
+                        c_hot_path=not cfg.startswith("record-py"))
         try:
             return run(fn, inp, calls)
         finally:
             ms_dynvm.disable()
             rec_mod.Recorder.on_op = orig_on_op
 
-    configs = (["eager", "passthrough", "passthrough2", "count-only", "record"]
-               + (["record+jit"] if args.jit else []) + ["record(timed)"])
+    configs = (["eager", "passthrough", "passthrough2", "count-only", "record", "record-py"]
+               + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
     for cfg in configs:  # warm-up
         for name, (fn, inp) in cases.items():
             current[0] = name
             run_config(cfg, fn, inp, 2)
-    for s in spent.values():
+    for s in list(spent.values()) + list(spent_py.values()):
         s.clear()
     gc.collect()  # the set-up's garbage is nobody's: do not bill it to the first config that allocates
     for r in range(args.reps):
@@ -204,12 +215,14 @@ def main() -> None:
     replay = {}
     opts = Options.make(jit=False)
 
-    def replay_per_op(events, reps: int, empty_caches: bool) -> list:
+    def replay_per_op(events, reps: int, empty_caches: bool, c_path: bool = True) -> list:
         """Recorder CPU time per op (us) of `reps` replays of `events` through fresh recorders, the
-        collector off; `empty_caches`: the plan and inference caches emptied before each."""
+        collector off; `empty_caches`: the plan and inference caches emptied before each; `c_path`:
+        with the C hot path."""
         per_op = []
         gc.collect()
         gc.disable()
+        rec_mod.set_c_hot_path(c_path)
         try:
             for _ in range(reps):
                 if empty_caches:
@@ -242,11 +255,13 @@ def main() -> None:
         time.sleep(0.01)  # let MindSpore's worker threads stop spinning
         per_op = replay_per_op(events, max(args.reps, 5) * 20, empty_caches=False)
         per_op_new = replay_per_op(events, max(args.reps, 5) * 4, empty_caches=True)
-        replay[name] = (statistics.median(per_op), min(per_op), statistics.median(per_op_new))
+        per_op_py = replay_per_op(events, max(args.reps, 5) * 20, empty_caches=False, c_path=False)
+        replay[name] = (statistics.median(per_op), min(per_op), statistics.median(per_op_new),
+                        statistics.median(per_op_py))
         del events
     gc.callbacks.remove(meter)
 
-    shown = [c for c in configs if c != "record(timed)"]
+    shown = [c for c in configs if not c.endswith("(timed)")]
 
     def med(cfg, name, i):
         return statistics.median(x[i] for x in res[(cfg, name)]) * 1e6
@@ -274,11 +289,11 @@ def main() -> None:
     print("per-op overhead over passthrough, us/op. end to end: median over rounds of the difference "
           "with passthrough in the same round (wall | thread cpu); A/A: passthrough2, the noise floor; "
           "handler: recorder cpu per op (median, mean); replay: recorder alone (median, min, new: "
-          "plan caches emptied); gc: "
-          "collector time per op in record")
+          "plan caches emptied, py: Python only); gc: collector time per op in record; "
+          "record-py wall: end to end of the Python-only recorder; py handler: its handler median, mean")
     print(f"{'workload':16s} {'record wall':>11s} {'cpu':>7s} {'count wall':>10s} {'cpu':>7s} "
           f"{'A/A wall':>8s} {'cpu':>7s} {'handler med':>11s} {'mean':>7s} {'replay med':>10s} "
-          f"{'min':>6s} {'new':>6s} {'gc':>6s}")
+          f"{'min':>6s} {'new':>6s} {'py':>6s} {'gc':>6s} {'rec-py wall':>11s} {'py handler':>10s} {'mean':>6s}")
     for name in cases:
         s = spent[name]
         runs = res[("record", name)]
@@ -287,7 +302,9 @@ def main() -> None:
               f"{paired('count-only', name, 0):10.2f} {paired('count-only', name, 1):7.2f} "
               f"{paired('passthrough2', name, 0):8.2f} {paired('passthrough2', name, 1):7.2f} "
               f"{statistics.median(s) / 1e3:11.2f} {statistics.mean(s) / 1e3:7.2f} "
-              f"{replay[name][0]:10.2f} {replay[name][1]:6.2f} {replay[name][2]:6.2f} {gc_rec:6.2f}")
+              f"{replay[name][0]:10.2f} {replay[name][1]:6.2f} {replay[name][2]:6.2f} {replay[name][3]:6.2f} "
+              f"{gc_rec:6.2f} {paired('record-py', name, 0):11.2f} "
+              f"{statistics.median(spent_py[name]) / 1e3:10.2f} {statistics.mean(spent_py[name]) / 1e3:6.2f}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from mindspore._c_expression import _DispatchGuardStack
 from time import perf_counter as _perf
 
 from ms_dynvm.frontend.options import Options
-from ms_dynvm.frontend.recorder import Recorder, Recording
+from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
 from ms_dynvm.frontend.sync import Hooks
 from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend.tier1 import _EAGER, _MISS, Tier1
@@ -272,6 +272,7 @@ def enable(**options) -> None:
             return
         if opts.blocking:
             ms.runtime.launch_blocking()
+        set_c_hot_path(opts.c_hot_path and opts.record)
         rec = Recorder(opts)
         tier1 = _make_tier1(rec, opts)
         hooks = Hooks(rec, opts.cell_boundaries)
@@ -318,6 +319,8 @@ def _apply(opts: Options) -> None:
     if opts.blocking and not _S.options.blocking:
         ms.runtime.launch_blocking()
     _S.recorder.opts = opts
+    if (opts.c_hot_path, opts.record) != (_S.options.c_hot_path, _S.options.record):
+        set_c_hot_path(opts.c_hot_path and opts.record)
     gate = _S.hooks.gate
     if gate.bare and not (opts.step_switch and opts.jit and opts.record):
         gate.step = None

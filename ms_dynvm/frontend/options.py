@@ -8,6 +8,7 @@ TypeError (a typo should not be silently ignored).
 | blocking | DYNVM_BLOCKING | True | call `mindspore.runtime.launch_blocking()` (synchronous CPU execution, MindSpore's fastest eager mode on CPU; it cannot be turned off again in the process) |
 | record | DYNVM_RECORD | True | record dispatched ops into bytecode blocks (False: count ops only) |
 | cell_boundaries | DYNVM_CELL_BOUNDARIES | "top" | which nn.Cell calls end a basic block: "top" (outermost calls), "all", "none" |
+| c_hot_path | DYNVM_C_HOT_PATH | True | the recorder records ops that find their plan in C (`frontend/_crecord.c`, built with gcc at first use and cached on disk); False, or without gcc or Python's headers: in Python (same result) |
 | max_block_ops | DYNVM_MAX_BLOCK_OPS | 4096 | a block that grows past this many instructions is closed (reason "limit") |
 | jit | DYNVM_JIT | True | tier 1: fuse hot runs of consecutive fusible ops into compiled C kernels (needs record) |
 | compile_threshold | DYNVM_COMPILE_THRESHOLD | 2 | calls of a run before the cost model may promote it (1: compile at first sight, for tests) |
@@ -44,6 +45,7 @@ class Options:
     record: bool = True
     cell_boundaries: str = "top"
     max_block_ops: int = 4096
+    c_hot_path: bool = True
     jit: bool = True
     compile_threshold: int = 2
     compile_policy: str = "cost"

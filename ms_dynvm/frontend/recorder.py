@@ -105,6 +105,23 @@ _PLANNABLE = _norm.PLANNABLE
 _IMMEDIATE = frozenset((bool, int, float, type(None)))  # the operands of a lowering that are not tensors
 
 
+_hit = None  # `_crecord.hit` while the C hot path is on (set_c_hot_path), else None
+
+
+def set_c_hot_path(on: bool) -> bool:
+    """Record plan-cache hits in C (frontend/fastpath.py) or not; whether it is on now."""
+    global _hit
+    _hit = None
+    if on:
+        from ms_dynvm.frontend import fastpath
+
+        mod = fastpath.load()
+        if mod is not None:
+            mod.setup(Tensor, Parameter, _KEY, _LEGACY, _MULTI, _is_contiguous)
+            _hit = mod.hit
+    return _hit is not None
+
+
 def tag_parameters(cell) -> None:
     """Tag the Parameters of `cell` (once per cell) so that recorded inputs can name them."""
     if cell.__dict__.get("_ms_dynvm_tagged"):
@@ -759,6 +776,8 @@ class Recorder:
     def on_op(self, name: str, args: tuple, out) -> None:
         """Called after the op ran eagerly with `out` as its result; sets `last_op` and `last_tags`
         (see the class doc)."""
+        if _hit is not None and _hit(self, name, args, out):
+            return  # recorded by the C hot path (frontend/fastpath.py): the plan-cache branch below
         # Every return path sets last_op and last_tags (after an exception, dispatch calls on_error,
         # which clears them).
         self._names.append(name)
@@ -778,7 +797,7 @@ class Recorder:
             fresh = None
             for a in src:
                 ta = type(a)
-                if ta is Tensor:
+                if ta is Tensor or ta is Parameter:
                     tag = a._get_user_data(_KEY)
                     if tag is not None and tag[0] == epoch:
                         r = tag[1]
@@ -796,7 +815,7 @@ class Recorder:
                         break
                     parts.append(float)
                     parts.append(a)
-                elif ta is int or ta is bool:
+                elif ta is int or ta is bool or ta is str:
                     parts.append(ta)
                     parts.append(a)
                 elif a is None:
