@@ -51,6 +51,11 @@ import numpy as np
 from mindspore import Tensor
 from mindspore._c_expression import TensorPy
 
+try:  # MindSpore 2.9+ moved it; the old path still works with a deprecation warning.
+    from mindspore.graph.api import _pynative_executor
+except ImportError:  # pragma: no cover
+    from mindspore.common.api import _pynative_executor
+
 _asnumpy = TensorPy.asnumpy  # the unhooked method: reading a 0-d constant is not a user sync point
 from ctypes import string_at as _string_at
 
@@ -102,6 +107,22 @@ FUSIBLE = (
         "full_like"}))
     - frozenset({"dropout"}) - SIZED_VIEWS
 )
+
+
+def _requires_grad() -> bool:
+    """MindSpore is recording the ops for autograd (the forward of value_and_grad / grad).
+
+    Why tier 1 asks: an op dispatched in the legacy (prim, name, inputs) form (it runs through
+    `Primitive._run_op` / `run_op_async`: FloorMod of `%`, nn.LayerNorm's LayerNorm, BiasAdd) whose
+    handler returns a result without calling the op can hang MindSpore 2.10 in
+    `PyNativeExecutor::PostDispatchGrad` -> `StubNode::WaitPipeline` while it records for autograd
+    (measured: `value_and_grad` of `sin(cat([x, x]) ** 3) % cat([x, x]) ** 3` under a handler that
+    returns FloorMod's result computed elsewhere hangs at the first call, MindSpore alone and with
+    ms_dynvm; running the op in the handler and returning another tensor instead gives wrong
+    gradients). So while MindSpore records, tier 1 neither serves such a step nor records it into a
+    run: a template with one is not launched (`legacy_op_under_grad`), a served run reaching one
+    is abandoned there, and a run being recorded ends before it."""
+    return _pynative_executor.requires_grad()
 
 
 # float16 ops whose eager results tier 1 does not reproduce bit for bit (see Tier1._compile); the
@@ -389,6 +410,10 @@ class RunTemplate:
         # eagerly, see Tier1.eager_done) which of its results to tag.
         self.names = [plan.name for plan in self.plans]
         self.matchers = [_make_matcher(plan, j > 0, n_ext) for j, plan in enumerate(self.plans)]
+        # Steps dispatched in the legacy (prim, name, inputs) form: never served while MindSpore
+        # records a graph for autograd (see `_requires_grad`).
+        self.legacy_steps = frozenset(j for j, plan in enumerate(self.plans) if not plan.flat
+                                      and len(plan.frozen) == 3 and plan.frozen[0] == "<prim>")
         self.out_pos = [(first_out[j] - n_ext, st.n_out) for j, st in enumerate(self.steps)]
         # Every result carries its token when it is handed back (the tensor the user gets is a
         # copy of the handler's, made with its user data at that moment, so a tag put on the
@@ -551,6 +576,8 @@ class Tier1:
         j = p.step
         if name != p.names[j]:
             return self._abandon("op_mismatch")
+        if j in p.template.legacy_steps and _requires_grad():
+            return self._abandon("legacy_op_under_grad")  # a run launched before a grad's forward
         r = p.matchers[j](args, p.base, p.toks, p.svals)
         if type(r) is int:
             return self._abandon(_FAIL_REASONS[r])
@@ -633,7 +660,14 @@ class Tier1:
         t0 = _perf()
         hist = self.hist
         ctx = hist[-1][0] if hist else None
+        grad = None
         for t in cands:
+            if t.legacy_steps:
+                if grad is None:
+                    grad = _requires_grad()
+                if grad:
+                    METRICS.guard_failures["legacy_op_under_grad"] += 1
+                    continue
             fails = t.ctx_fails
             if fails and fails.get(ctx, 0) >= CTX_MAX_FAILS:
                 # Abandoned or unbindable here several times in a row: skipped before any check,
@@ -813,7 +847,9 @@ class Tier1:
         # Tensors inside a sequence argument (AddN's list) are not bound or checked by the serving
         # machinery (`_tensors` sees top-level tensors only): such an op ends the run.
         fusible = False
-        if last is not None and name not in _INPLACE:
+        if (last is not None and name not in _INPLACE
+                and not (len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple
+                         and _requires_grad())):
             blk, s0, s1 = last[0], last[1], last[2]
             if s1 - s0 == 1:  # one instruction (the common case): its op name, without a list
                 fusible = blk.op_at(s0) in FUSIBLE
