@@ -231,6 +231,10 @@ class StepGate:
             rec.close_block("off")
         except Exception as e:  # noqa: BLE001
             rec.on_error("step", e)
+        t1 = self.mode.tier1
+        if t1 is not None:
+            t1.pending = None  # (a run tier 1 was running eagerly, unrecorded, is over too)
+            t1.run = None
         _DispatchGuardStack.pop()
         self.bare = True
 
