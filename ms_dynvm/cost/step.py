@@ -29,6 +29,10 @@ Policy, per key (the numbers are class attributes):
   only past `HYSTERESIS` (5%); the other way is re-measured in one step in `PROBE_EVERY` (at random),
   half as often after each probe that confirms the choice (down to one in `MAX_PROBE_EVERY`: a
   probe of the slower way costs its difference), back to `PROBE_EVERY` when the choice changes;
+- a new key whose group (the other size classes of its anchor) has `PRIOR_KEYS` or more settled
+  keys, all of which chose one way, starts that way, without the random sampling: the other way is
+  measured by the probes alone until the key has its own samples of both (a run with many size
+  classes would otherwise pay the slower way's sampling steps in each);
 - when tier 1 installs a kernel (its `generation` changes), the VM measurements of every key are
   stale (they were taken without it): they are dropped, and the key runs under the VM until it has
   `MIN_SAMPLES` new ones. A VM step during which a kernel was installed is no measurement either.
@@ -46,15 +50,18 @@ from collections import deque
 
 
 class _Key:
-    __slots__ = ("n", "vm", "bare", "on", "gen", "every")
+    __slots__ = ("n", "vm", "bare", "on", "gen", "every", "group", "prior", "vote")
 
-    def __init__(self, window: int, gen: int) -> None:
+    def __init__(self, window: int, gen: int, group) -> None:
         self.n = 0
         self.vm: deque = deque(maxlen=window)
         self.bare: deque = deque(maxlen=window)
         self.on = True  # the way chosen once both have samples: VM (True) or bare
         self.gen = gen
         self.every = StepSwitch.PROBE_EVERY  # the other way is probed in one step in this many
+        self.group = group  # keys of one group (one anchor) share a prior (see StepSwitch)
+        self.prior = False  # started from its group's agreed way: no forced sampling
+        self.vote = None  # the way this key counts for in its group's votes (None: not settled)
 
 
 class StepSwitch:
@@ -68,33 +75,55 @@ class StepSwitch:
     HYSTERESIS = 0.05
     MAX_KEYS = 4096
     ANCHOR_PATIENCE = 64
+    PRIOR_KEYS = 2
 
     def __init__(self, seed: int = 0x5EED) -> None:
         self.keys: dict = {}
         self.flips = 0  # VM -> bare and bare -> VM decisions of a key
         self._rng = random.Random(seed)
+        self.votes: dict = {}  # group -> [settled keys that chose bare, ... that chose the VM]
 
-    def _get(self, key, generation: int) -> _Key:
+    def _get(self, key, generation: int, group=None) -> _Key:
         k = self.keys.get(key)
         if k is None:
             if len(self.keys) >= self.MAX_KEYS:
-                del self.keys[next(iter(self.keys))]  # the oldest key
-            k = self.keys[key] = _Key(self.WINDOW, generation)
+                old = self.keys.pop(next(iter(self.keys)))  # the oldest key
+                self._vote(old, None)
+            k = self.keys[key] = _Key(self.WINDOW, generation, group)
+            v = self.votes.get(group)
+            if v is not None and min(v) == 0 and max(v) >= self.PRIOR_KEYS:
+                # Every settled key of this group chose one way: a new size class starts that way
+                # and is measured the other way only by probes.
+                k.on = v[1] > 0
+                k.prior = True
         elif k.gen != generation:
             k.vm.clear()
             k.gen = generation
             k.every = self.PROBE_EVERY
         return k
 
-    def decide(self, key, generation: int) -> bool:
+    def _vote(self, k: _Key, way) -> None:
+        """Key `k` now counts for `way` (True: VM, False: bare, None: neither) in its group."""
+        if k.vote is way:
+            return
+        v = self.votes.setdefault(k.group, [0, 0])
+        if k.vote is not None:
+            v[k.vote] -= 1
+        if way is not None:
+            v[way] += 1
+        k.vote = way
+
+    def decide(self, key, generation: int, group=None) -> bool:
         """True: run this step of `key` under the VM; False: bare. `generation`: tier 1's count of
-        installed kernels."""
-        k = self._get(key, generation)
+        installed kernels; `group`: keys that share a prior (the anchor's size classes)."""
+        k = self._get(key, generation, group)
         k.n += 1
         if k.n <= self.LEARN:
             return True
         need_vm = len(k.vm) < self.MIN_SAMPLES
         need_bare = len(k.bare) < self.MIN_SAMPLES
+        if k.prior and (need_vm or need_bare):
+            return k.on != (self._rng.random() < 1.0 / self.PROBE_EVERY)
         if need_vm and need_bare:
             return self._rng.random() < 0.5
         if need_vm or need_bare:
@@ -127,6 +156,7 @@ class StepSwitch:
                 # A probe that confirmed the choice: probe half as often (down to one step in
                 # MAX_PROBE_EVERY), so that a settled key pays little for re-measuring.
                 k.every = min(2 * k.every, self.MAX_PROBE_EVERY)
+            self._vote(k, k.on)
 
     def is_on(self, key) -> bool:
         k = self.keys.get(key)

@@ -161,7 +161,7 @@ class StepGate:
         self.stack_depth = _DispatchGuardStack.depth()  # with our mode on top
         self.anchor = None  # region id of the anchor
         self.since_anchor = 0  # region starts since the anchor's last one
-        self.step = None  # the step being run: (key, perf_counter at its start, under the VM)
+        self.step = None  # the step being run: (key, perf_counter at its start, under the VM, tier 1's probes)
         self.bare_syncs = 0
 
     def region_start(self, owner, args, backward: bool = False) -> None:
@@ -191,14 +191,16 @@ class StepGate:
             now = _perf()
             sw = t1.steps
             prev = self.step
-            if prev is not None:
+            if prev is not None and not (prev[2] and prev[3] != t1.probes):
+                # (A VM step in which tier 1 ran a group eagerly to measure it, its own size switch's
+                # probe, is not a VM step as the script will see them: no measurement.)
                 flips = sw.flips
                 sw.record(prev[0], now - prev[1], prev[2], t1.generation)
                 if sw.flips != flips:
                     METRICS.step_flips += sw.flips - flips
                     METRICS.steps_bare = sw.bare_keys()
             key = (rid, _size_classes(args))
-            vm = sw.decide(key, t1.generation)
+            vm = sw.decide(key, t1.generation, rid)
             depth = _DispatchGuardStack.depth()
             if vm and self.bare:
                 if depth != self.stack_depth - 1:
@@ -211,7 +213,7 @@ class StepGate:
                     return
                 self._to_bare()
             METRICS.step_calls["vm" if vm else "bare"] += 1
-            self.step = (key, _perf(), vm)
+            self.step = (key, _perf(), vm, t1.probes)
         except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
             self.step = None
             mode.recorder.on_error("step", e)

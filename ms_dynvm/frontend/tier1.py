@@ -554,6 +554,7 @@ class Tier1:
         self._warned = False
         self.last_eager = 0.0  # perf_counter when an op last ran eagerly
         self.generation = 0  # kernels installed so far (the step switch's measurements age with it)
+        self.probes = 0  # groups run eagerly to measure them (the step switch drops such VM steps)
         self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
 
@@ -711,6 +712,7 @@ class Tier1:
                 # the switch measures is then MindSpore's own time for them (plus the handler's).
                 on = t.switch.is_on(size_class)
                 METRICS.fallbacks["tier1: eager probe" if on else "tier1: eager (faster for this size)"] += 1
+                self.probes += on
                 p = self.pending = _Pending(t, base, None, None, t0, size_class, ctx, eager=True,
                                             svals=svals, toks=_ext_tokens(t, bound, base, rtags))
                 p.step = 0

@@ -33,7 +33,7 @@ def _script(monkeypatch, ways):
     it = iter(ways)
     made = []
 
-    def decide(self, key, generation):
+    def decide(self, key, generation, group=None):
         vm = next(it, True)
         made.append(vm)
         return vm
@@ -264,7 +264,7 @@ def test_only_the_anchor_decides_and_a_new_anchor_takes_over(monkeypatch):
     x = ms.Tensor(np.ones((2, 4), np.float32))
     keys = []
 
-    def decide(self, key, generation):
+    def decide(self, key, generation, group=None):
         keys.append(key)
         return True
 
