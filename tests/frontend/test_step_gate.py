@@ -96,6 +96,25 @@ class _Boom(nn.Cell):
             raise ValueError("boom")
         return y
 
+def _bare_after_one_vm_step(monkeypatch):
+    """A _Boom net, its input, and ms_dynvm enabled with the switch scripted VM then bare; the net
+    has run both steps, so ms_dynvm is bare now."""
+    net = _Boom()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    _script(monkeypatch, [True, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    net(x)  # bare
+    assert dispatch._S.hooks.gate.bare
+    return net, x
+
+
+def _vm_sees_the_next_op(x):
+    before = ms_dynvm.stats()["ops_seen"]
+    ops.exp(x)
+    return ms_dynvm.stats()["ops_seen"] == before + 1
+
+
 
 def test_an_exception_in_a_bare_step_leaves_the_stack_sound(monkeypatch, _clean):
     net = _Boom()
@@ -115,34 +134,19 @@ def test_an_exception_in_a_bare_step_leaves_the_stack_sound(monkeypatch, _clean)
 
 
 def test_disable_and_enable_while_bare(monkeypatch, _clean):
-    net = _Boom()
-    x = ms.Tensor(np.ones((2, 4), np.float32))
-    _script(monkeypatch, [True, False])
-    ms_dynvm.enable(step_switch=True)
-    net(x)
-    net(x)  # bare
-    assert dispatch._S.hooks.gate.bare
+    net, x = _bare_after_one_vm_step(monkeypatch)
     assert ms_dynvm.disable() is True
     assert _DispatchGuardStack.depth() == _clean
     ms_dynvm.enable(step_switch=True)
     assert _DispatchGuardStack.depth() == _clean + 1
-    before = ms_dynvm.stats()["ops_seen"]
-    ops.exp(x)
-    assert ms_dynvm.stats()["ops_seen"] == before + 1
+    assert _vm_sees_the_next_op(x)
 
 
 def test_turning_the_switch_off_while_bare_puts_the_vm_back(monkeypatch, _clean):
-    net = _Boom()
-    x = ms.Tensor(np.ones((2, 4), np.float32))
-    _script(monkeypatch, [True, False])
-    ms_dynvm.enable(step_switch=True)
-    net(x)
-    net(x)  # bare
+    net, x = _bare_after_one_vm_step(monkeypatch)
     ms_dynvm.enable(step_switch=False)
     assert _DispatchGuardStack.depth() == _clean + 1
-    before = ms_dynvm.stats()["ops_seen"]
-    ops.exp(x)
-    assert ms_dynvm.stats()["ops_seen"] == before + 1
+    assert _vm_sees_the_next_op(x)
 
 
 def test_a_mode_the_script_entered_is_never_popped(monkeypatch, _clean):
@@ -168,12 +172,7 @@ def test_a_mode_the_script_entered_is_never_popped(monkeypatch, _clean):
 
 
 def test_record_inside_a_bare_step_records(monkeypatch):
-    net = _Boom()
-    x = ms.Tensor(np.ones((2, 4), np.float32))
-    _script(monkeypatch, [True, False])
-    ms_dynvm.enable(step_switch=True)
-    net(x)
-    net(x)  # bare
+    net, x = _bare_after_one_vm_step(monkeypatch)
     with ms_dynvm.record() as rec:
         y = ops.exp(x) * 2
     assert "exp" in rec.program.as_text()
@@ -182,18 +181,11 @@ def test_record_inside_a_bare_step_records(monkeypatch):
 
 
 def test_a_long_bare_stretch_without_the_anchor_returns_to_the_vm(monkeypatch, _clean):
-    net = _Boom()
-    x = ms.Tensor(np.ones((2, 4), np.float32))
-    _script(monkeypatch, [True, False])
-    ms_dynvm.enable(step_switch=True)
-    net(x)
-    net(x)  # bare; the loop is over, the script goes on without the anchor
+    net, x = _bare_after_one_vm_step(monkeypatch)  # the loop is over, the script goes on without the anchor
     for _ in range(dispatch._BARE_SYNC_PATIENCE + 1):
         ops.exp(x).asnumpy()
     assert _DispatchGuardStack.depth() == _clean + 1
-    before = ms_dynvm.stats()["ops_seen"]
-    ops.exp(x)
-    assert ms_dynvm.stats()["ops_seen"] == before + 1
+    assert _vm_sees_the_next_op(x)
 
 
 def test_not_switched_without_jit_or_with_the_option_off(monkeypatch):
