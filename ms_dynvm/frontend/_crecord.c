@@ -110,6 +110,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     PyObject *pregs[MAXARGS];
     Py_ssize_t np = 0, n = PyTuple_GET_SIZE(src);
     PyObject *result = NULL;
+    PyObject *plan = NULL;  /* owned while in use: the calls below run Python code */
     for (Py_ssize_t i = 0; i < n; i++) {
         int rc = key_part(PyTuple_GET_ITEM(src, i), epoch, types, parts, pregs, &np);
         if (rc < 0) goto done;
@@ -118,12 +119,13 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     {
         PyObject *key = PyList_AsTuple(parts);
         if (key == NULL) goto done;
-        PyObject *plan = PyDict_GetItemWithError(plans, key);  /* borrowed */
+        plan = PyDict_GetItemWithError(plans, key);
         Py_DECREF(key);
         if (plan == NULL) {
             if (PyErr_Occurred()) goto done;
             result = Py_False; Py_INCREF(result); goto done;
         }
+        Py_INCREF(plan);
         if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 8 || PyTuple_GET_ITEM(plan, 0) == MULTI_) {
             result = Py_False; Py_INCREF(result); goto done;  /* several instructions: Python */
         }
@@ -258,6 +260,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     }
 done:
     for (Py_ssize_t i = 0; i < np; i++) Py_DECREF(pregs[i]);
+    Py_XDECREF(plan);
     Py_DECREF(parts);
     return result;
 miss_or_err:
