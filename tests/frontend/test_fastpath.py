@@ -139,4 +139,7 @@ def test_c_path_holds_no_stray_references():
     after = [sys.getrefcount(o) for o in shared]
     R._hit = hit
     assert hits[0] - n0 >= 300  # the C path recorded them
-    assert after == before
+    # Equal up to a few references held in passing (the last block's instructions, which
+    # `last_op` keeps alive, vary by one now and then); a leak of one per op would be +300 or more.
+    grown = [a - b for a, b in zip(after, before)]
+    assert max(grown) <= 5, grown
