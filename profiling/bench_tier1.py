@@ -146,6 +146,9 @@ def main() -> int:
           f"= {100 * share:.1f}% of the ms_dynvm run, fused ops {100 * st['fusion_rate']:.1f}%, "
           f"max |diff| vs eager {max_err:.2e}")
     print(f"fallbacks: {st['fallbacks']}  guard failures: {st['guard_failures']}")
+    if st["step_calls"]:  # workloads that call a Cell have steps (README, "Step switch")
+        print(f"step switch in the timed part: {st['step_calls'].get('vm', 0)} calls under the VM, "
+              f"{st['step_calls'].get('bare', 0)} bare")
     return 0
 
 
