@@ -134,7 +134,10 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         PyObject *rty = PyTuple_GET_ITEM(plan, 4);
         int is_view = PyObject_IsTrue(PyTuple_GET_ITEM(plan, 5));
         if (is_view < 0) goto done;
-        /* (`order` only orders fresh inputs, which never come here) */
+        if (PyTuple_GET_ITEM(plan, 6) != Py_None) {
+            /* `order`: on_op reads last_tags back off the tensors then (_read_tags): Python */
+            result = Py_False; Py_INCREF(result); goto done;
+        }
 
         PyObject *block = PyDict_GetItemWithError(d, s_block);  /* borrowed */
         if (block == NULL && PyErr_Occurred()) goto done;

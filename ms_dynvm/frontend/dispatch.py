@@ -109,14 +109,16 @@ _BARE_SYNC_PATIENCE = 64
 
 def _region_id(owner):
     """A small number per region owner (a Cell, a differentiated function), kept on the object
-    (no address in a key); the type's name where it has no __dict__."""
+    with the object's id (a `copy.deepcopy` of a Cell copies its __dict__: the copy, another
+    object, gets its own number); the type's name where it has no __dict__. (The id only checks
+    the entry; keys hold the number.)"""
     d = getattr(owner, "__dict__", None)
     if type(d) is not dict:
         return type(owner).__qualname__
-    rid = d.get(_REGION_ATTR)
-    if rid is None:
-        rid = d[_REGION_ATTR] = next(_region_ids)
-    return rid
+    ent = d.get(_REGION_ATTR)
+    if ent is None or ent[0] != id(owner):
+        ent = d[_REGION_ATTR] = (id(owner), next(_region_ids))
+    return ent[1]
 
 
 def _size_classes(args) -> tuple:
@@ -170,6 +172,7 @@ class StepGate:
         mode = self.mode
         t1 = mode.tier1
         opts = _S.options
+        self.bare_syncs = 0  # (the script is still in its loop)
         try:
             if t1 is None or not mode.serving or opts is None or not opts.step_switch:
                 if self.bare:
@@ -187,31 +190,34 @@ class StepGate:
                 self.anchor = rid
                 self.step = None
             self.since_anchor = 0
-            self.bare_syncs = 0
-            now = _perf()
+            end = _perf()
             sw = t1.steps
             prev = self.step
+            key = (rid, _size_classes(args))
+            vm = sw.decide(key, t1.generation, rid)
+            depth = _DispatchGuardStack.depth()
+            switched = True
+            if vm and self.bare:
+                switched = depth == self.stack_depth - 1 and self._to_vm()
+            elif not vm and not self.bare:
+                if depth == self.stack_depth:
+                    self._to_bare()
+                    # A VM step followed by a bare one pays for closing its last block here (a VM
+                    # step followed by a VM step pays it in the next Cell boundary, inside it).
+                    end = _perf()
+                else:
+                    switched = False
             if prev is not None and not (prev[2] and prev[3] != t1.probes):
                 # (A VM step in which tier 1 ran a group eagerly to measure it, its own size switch's
                 # probe, is not a VM step as the script will see them: no measurement.)
                 flips = sw.flips
-                sw.record(prev[0], now - prev[1], prev[2], t1.generation)
+                sw.record(prev[0], end - prev[1], prev[2], t1.generation)
                 if sw.flips != flips:
                     METRICS.step_flips += sw.flips - flips
                     METRICS.steps_bare = sw.bare_keys()
-            key = (rid, _size_classes(args))
-            vm = sw.decide(key, t1.generation, rid)
-            depth = _DispatchGuardStack.depth()
-            if vm and self.bare:
-                if depth != self.stack_depth - 1:
-                    self.step = None  # the script entered a mode of its own meanwhile
-                    return
-                self._to_vm()
-            elif not vm and not self.bare:
-                if depth != self.stack_depth:
-                    self.step = None
-                    return
-                self._to_bare()
+            if not switched:
+                self.step = None  # the script entered a mode of its own meanwhile: not measured
+                return
             METRICS.step_calls["vm" if vm else "bare"] += 1
             self.step = (key, _perf(), vm, t1.probes)
         except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
@@ -221,11 +227,12 @@ class StepGate:
                 self._to_vm()
 
     def bare_sync(self) -> None:
+        """A sync point while bare, outside any region (the hooks call it at depth 0 only): after
+        `_BARE_SYNC_PATIENCE` of them with no region start, the script has left its loop."""
         self.bare_syncs += 1
         if self.bare_syncs > _BARE_SYNC_PATIENCE:
             self.step = None
-            if _DispatchGuardStack.depth() == self.stack_depth - 1:
-                self._to_vm()
+            self._to_vm()
 
     def _to_bare(self) -> None:
         rec = self.mode.recorder
@@ -240,10 +247,18 @@ class StepGate:
         _DispatchGuardStack.pop()
         self.bare = True
 
-    def _to_vm(self) -> None:
+    def _to_vm(self) -> bool:
+        """Put ms_dynvm's mode back on the stack; False (still bare) where the stack is not as the
+        gate left it (a mode the script entered since is on it: ours goes back on top of it only
+        once it has left)."""
+        if _S.mode is not self.mode:  # (disabled meanwhile: nothing to put back)
+            self.bare = False
+            return True
+        if _DispatchGuardStack.depth() != self.stack_depth - 1:
+            return False
+        _DispatchGuardStack.push(self.mode)
         self.bare = False
-        if _S.mode is self.mode:
-            _DispatchGuardStack.push(self.mode)
+        return True
 
 
 class _State:
@@ -395,7 +410,7 @@ def record(**options):
     try:
         yield rec
     finally:
-        if bare:
+        if bare and _S.mode is mode:  # (not after a disable() inside the scope)
             gate.bare = True
             _DispatchGuardStack.pop()
         mode.serving = True

@@ -76,7 +76,8 @@ class Hooks:
                     if threading.get_ident() == me:
                         gate = hooks.gate
                         if gate is not None and gate.bare:
-                            gate.bare_sync()
+                            if not gate.depth:  # (sync points inside a step's Cells are its own)
+                                gate.bare_sync()
                         else:
                             _safe(rec, reason, rec.sync, reason)
                     return orig(self, *a, **k)

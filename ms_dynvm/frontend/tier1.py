@@ -413,7 +413,8 @@ class RunTemplate:
         # Steps dispatched in the legacy (prim, name, inputs) form: never served while MindSpore
         # records a graph for autograd (see `_requires_grad`).
         self.legacy_steps = frozenset(j for j, plan in enumerate(self.plans) if not plan.flat
-                                      and len(plan.frozen) == 3 and plan.frozen[0] == "<prim>")
+                                      and len(plan.frozen) == 3 and plan.frozen[0] == "<prim>"
+                                      and type(plan.frozen[1]) is str)
         self.out_pos = [(first_out[j] - n_ext, st.n_out) for j, st in enumerate(self.steps)]
         # Every result carries its token when it is handed back (the tensor the user gets is a
         # copy of the handler's, made with its user data at that moment, so a tag put on the

@@ -265,13 +265,13 @@ def test_only_the_anchor_decides_and_a_new_anchor_takes_over(monkeypatch):
     for _ in range(5):
         a(x)
         b(x)
-    rid_a = a.__dict__[dispatch._REGION_ATTR]
+    rid_a = dispatch._region_id(a)
     assert len(keys) == 5 and all(k[0] == rid_a for k in keys)
     # The loop now calls b alone: after ANCHOR_PATIENCE starts without a, b is the anchor.
     keys.clear()
     for _ in range(StepSwitch.ANCHOR_PATIENCE + 5):
         b(x)
-    rid_b = b.__dict__[dispatch._REGION_ATTR]
+    rid_b = dispatch._region_id(b)
     # (b's start after the last a counted too: b takes over at the 64th start of this loop.)
     assert all(k[0] == rid_b for k in keys) and len(keys) == 6
     # Size classes: another batch size is another key of the same anchor.
@@ -306,3 +306,64 @@ def test_train_one_step_cell_under_the_switch_matches_eager(monkeypatch):
     s = ms_dynvm.stats()
     assert not s["record_errors"] and s["step_calls"]["bare"] == 6 and s["step_calls"]["vm"] == 8
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+class _Indexing(nn.Cell):
+    """A Cell whose forward has many sync points of its own (basic indexing is one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(4, 4)
+
+    def construct(self, x):
+        y = self.dense(x)
+        acc = y[0]
+        for t in range(1, dispatch._BARE_SYNC_PATIENCE + 20):
+            acc = acc + y[t % y.shape[0]]
+        return acc
+
+
+def test_sync_points_inside_a_bare_step_do_not_end_it(monkeypatch, _clean):
+    net = _Indexing()
+    x = ms.Tensor(np.ones((3, 4), np.float32))
+    want = net(x).asnumpy()
+    _script(monkeypatch, [True, False, False, False])
+    ms_dynvm.enable(step_switch=True)
+    net(x)
+    for _ in range(3):
+        seen = ms_dynvm.stats()["ops_seen"]
+        np.testing.assert_array_equal(net(x).asnumpy(), want)
+        # Still bare after its 80 indexing sync points: the handler saw none of the step's ops.
+        assert dispatch._S.hooks.gate.bare and _DispatchGuardStack.depth() == _clean
+        assert ms_dynvm.stats()["ops_seen"] == seen
+
+
+def test_putting_the_vm_back_never_lands_on_a_mode_the_script_entered(monkeypatch, _clean):
+    seen = []
+
+    class Spy(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, args, kwargs=None):
+            seen.append(func.name)
+            return func(*args)
+
+    net, x = _bare_after_one_vm_step(monkeypatch)
+    with Spy():
+        ms_dynvm.enable(step_switch=False)  # wants the VM back: not on top of the script's mode
+        assert _DispatchGuardStack.depth() == _clean + 1
+    assert _DispatchGuardStack.depth() == _clean  # the Spy left, ours was not under it
+    seen.clear()
+    ops.exp(x)
+    assert not seen  # the Spy is gone
+    net(x)  # a region start: now the VM goes back
+    assert _DispatchGuardStack.depth() == _clean + 1 and not dispatch._S.hooks.gate.bare
+    assert _vm_sees_the_next_op(x)
+
+
+def test_a_deep_copy_of_a_cell_is_another_region():
+    import copy
+
+    a = _Boom()
+    rid = dispatch._region_id(a)  # (kept in a's __dict__, which deepcopy copies)
+    b = copy.deepcopy(a)
+    assert dispatch._region_id(b) != rid
+    assert dispatch._region_id(a) == dispatch._region_id(a)
