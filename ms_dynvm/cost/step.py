@@ -50,7 +50,7 @@ from collections import deque
 
 
 class _Key:
-    __slots__ = ("n", "vm", "bare", "on", "gen", "every", "group", "prior", "vote")
+    __slots__ = ("n", "vm", "bare", "on", "gen", "every", "group", "prior", "vote", "probed")
 
     def __init__(self, window: int, gen: int, group) -> None:
         self.n = 0
@@ -62,6 +62,7 @@ class _Key:
         self.group = group  # keys of one group (one anchor) share a prior (see StepSwitch)
         self.prior = False  # started from its group's agreed way: no forced sampling
         self.vote = None  # the way this key counts for in its group's votes (None: not settled)
+        self.probed = 0  # VM steps dropped in a row because tier 1 probed in them (`record`)
 
 
 class StepSwitch:
@@ -76,6 +77,7 @@ class StepSwitch:
     MAX_KEYS = 4096
     ANCHOR_PATIENCE = 64
     PRIOR_KEYS = 2
+    MAX_PROBED = 6
 
     def __init__(self, seed: int = 0x5EED) -> None:
         self.keys: dict = {}
@@ -130,15 +132,24 @@ class StepSwitch:
             return need_vm
         return k.on != (self._rng.random() < 1.0 / k.every)
 
-    def record(self, key, seconds: float, vm: bool, generation: int) -> None:
+    def record(self, key, seconds: float, vm: bool, generation: int, probed: bool = False) -> None:
         """A step of `key` run as `decide` said took `seconds` (wall). The first `LEARN` steps and a
-        VM step across a generation change are not measurements."""
+        VM step across a generation change are not measurements; nor is a VM step in which tier 1
+        ran a group eagerly to measure it (`probed`: its own size switch's probe, not what the
+        script will see), unless `MAX_PROBED` such steps came in a row (a step with many groups
+        nearly always holds a probe early on: the key would never get its VM samples)."""
         k = self.keys.get(key)
         if k is None or k.n <= self.LEARN:
             return
         if vm:
             if generation != k.gen:
                 return
+            if probed:
+                k.probed += 1
+                if k.probed <= self.MAX_PROBED:
+                    return
+            else:
+                k.probed = 0
             k.vm.append(seconds)
         else:
             k.bare.append(seconds)

@@ -207,11 +207,9 @@ class StepGate:
                     end = _perf()
                 else:
                     switched = False
-            if prev is not None and not (prev[2] and prev[3] != t1.probes):
-                # (A VM step in which tier 1 ran a group eagerly to measure it, its own size switch's
-                # probe, is not a VM step as the script will see them: no measurement.)
+            if prev is not None:
                 flips = sw.flips
-                sw.record(prev[0], end - prev[1], prev[2], t1.generation)
+                sw.record(prev[0], end - prev[1], prev[2], t1.generation, prev[3] != t1.probes)
                 if sw.flips != flips:
                     METRICS.step_flips += sw.flips - flips
                     METRICS.steps_bare = sw.bare_keys()

@@ -126,3 +126,24 @@ def test_groups_without_agreement_give_no_prior():
     assert sw.votes["a"] == [1, 1]
     sw.decide(("a", 3), 0, "a")
     assert not sw.keys[("a", 3)].prior
+
+
+def test_probed_vm_steps_are_dropped_unless_they_keep_coming():
+    sw = StepSwitch()
+    key = "k"
+    for _ in range(StepSwitch.LEARN + 1):
+        sw.decide(key, 0)
+    k = sw.keys[key]
+    sw.record(key, 9.0, True, 0, probed=True)
+    assert not k.vm  # one probed step: dropped
+    sw.record(key, 1.0, True, 0)
+    assert list(k.vm) == [1.0] and k.probed == 0
+    for _ in range(StepSwitch.MAX_PROBED):
+        sw.record(key, 9.0, True, 0, probed=True)
+    assert list(k.vm) == [1.0]
+    # Probes in every step (many groups): after MAX_PROBED in a row they count, or the key would
+    # never be measured under the VM.
+    sw.record(key, 9.0, True, 0, probed=True)
+    assert list(k.vm) == [1.0, 9.0]
+    sw.record(key, 2.0, False, 0, probed=True)  # (bare steps run no tier 1 at all)
+    assert list(k.bare) == [2.0]
