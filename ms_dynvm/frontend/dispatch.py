@@ -362,10 +362,16 @@ def disable() -> bool:
             return False
         if _S.thread != threading.get_ident():
             raise RuntimeError("ms_dynvm was enabled on another thread; disable it there")
+        gate = _S.hooks.gate
+        depth = _DispatchGuardStack.depth()
+        if not gate.bare and depth > gate.stack_depth:
+            # MindSpore's stack pops its top: that is a mode the script entered after enable().
+            raise RuntimeError("ms_dynvm.disable() inside a dispatch mode entered after ms_dynvm.enable(): "
+                               "leave that mode first")
         _S.recorder.close_block("end")
-        if not _S.hooks.gate.bare:  # (while bare the mode is already off the stack)
+        if not gate.bare and depth == gate.stack_depth:  # (while bare the mode is already off the stack)
             _S.mode.__exit__(None, None, None)
-        _S.hooks.gate.bare = False
+        gate.bare = False
         _S.hooks.uninstall()
         _S.mode = _S.recorder = _S.hooks = _S.options = _S.thread = None
         return True
@@ -419,4 +425,7 @@ def record(**options):
 
 def _at_exit() -> None:
     if _S.mode is not None and _S.thread == threading.get_ident():
-        disable()
+        try:
+            disable()
+        except RuntimeError:  # a mode the script entered is still on the stack: leave it all be
+            pass

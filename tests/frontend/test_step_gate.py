@@ -367,3 +367,16 @@ def test_a_deep_copy_of_a_cell_is_another_region():
     b = copy.deepcopy(a)
     assert dispatch._region_id(b) != rid
     assert dispatch._region_id(a) == dispatch._region_id(a)
+
+
+def test_disable_inside_a_mode_entered_after_enable_is_a_clear_error(_clean):
+    class Spy(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, args, kwargs=None):
+            return func(*args)
+
+    ms_dynvm.enable()
+    with Spy():
+        with pytest.raises(RuntimeError, match="leave that mode first"):
+            ms_dynvm.disable()
+        assert ms_dynvm.is_enabled() and _DispatchGuardStack.depth() == _clean + 2
+    assert ms_dynvm.disable() and _DispatchGuardStack.depth() == _clean
