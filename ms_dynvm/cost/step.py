@@ -35,7 +35,9 @@ Policy, per key (the numbers are class attributes):
   classes would otherwise pay the slower way's sampling steps in each);
 - when tier 1 installs a kernel (its `generation` changes), the VM measurements of every key are
   stale (they were taken without it): they are dropped, and the key runs under the VM until it has
-  `MIN_SAMPLES` new ones. A VM step during which a kernel was installed is no measurement either.
+  `MIN_SAMPLES` new ones. A VM step during which a kernel was installed is no measurement either;
+  nor is one in which tier 1 ran a group eagerly to measure it (its own size switch's probe), up to
+  `MAX_PROBED` such steps in a row.
 
 While a key runs bare, its groups are neither counted nor compiled except in probe steps, so a
 workload whose groups would pay only after very many calls may stay bare. That is the chosen trade:
