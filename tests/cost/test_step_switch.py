@@ -103,7 +103,7 @@ def test_a_new_size_class_starts_the_way_its_group_agreed_on():
     # No forced sampling of the slower way: only probes (about 1 in 16) run bare.
     assert sum(not x for x in d) <= 6
     # Another group learns on its own.
-    d = _steps_g(sw, ("b", 3), "b", 20, vm_s=0.3, bare_s=1.0)
+    d = _steps_g(sw, ("b", 3), "b", 20, vm_s=0.7, bare_s=1.0)  # (not 2x apart: no early settling)
     assert not sw.keys[("b", 3)].prior and sum(not x for x in d[:14]) >= StepSwitch.MIN_SAMPLES
 
 
@@ -147,3 +147,25 @@ def test_probed_vm_steps_are_dropped_unless_they_keep_coming():
     assert list(k.vm) == [1.0, 9.0]
     sw.record(key, 2.0, False, 0, probed=True)  # (bare steps run no tier 1 at all)
     assert list(k.bare) == [2.0]
+
+
+def test_a_much_slower_way_settles_early():
+    sw = StepSwitch()
+    d = _steps(sw, "k", 60, vm_s=0.25, bare_s=1.0)
+    k = sw.keys["k"]
+    assert sw.is_on("k") and len(k.bare) < StepSwitch.MIN_SAMPLES and k.early
+    # The first bare sample, 4x slower than the VM's, was enough: later bare steps are probes.
+    assert sum(not x for x in d) <= 2 + 60 // 8
+    sw2 = StepSwitch()
+    d = _steps(sw2, "k", 60, vm_s=3.0, bare_s=1.0)
+    k2 = sw2.keys["k"]
+    assert not sw2.is_on("k") and len(k2.vm) < StepSwitch.MIN_SAMPLES and k2.early
+    assert sum(d[StepSwitch.LEARN:]) <= 2 + 60 // 8
+
+
+def test_close_ways_do_not_settle_early():
+    sw = StepSwitch()
+    _steps(sw, "k", 40, vm_s=1.3, bare_s=1.0)
+    k = sw.keys["k"]
+    assert not k.early and not sw.is_on("k")
+    assert len(k.vm) >= StepSwitch.MIN_SAMPLES and len(k.bare) >= StepSwitch.MIN_SAMPLES
