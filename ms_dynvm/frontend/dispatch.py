@@ -12,6 +12,10 @@ Behaviour chosen where MindSpore leaves it open (also in the README):
   stays in force after `disable()`.
 - If the handler's own bookkeeping fails, the op's eager result is still returned and the failure is
   counted in `stats()["record_errors"]`; errors of the op itself propagate exactly as in eager.
+- `disable()` inside a dispatch mode the script entered after `enable()` raises RuntimeError
+  (MindSpore's stack pops its top, the script's mode).
+- Steps (`StepGate`, cost/step.py): with jit, each step runs under this mode or bare, with the mode
+  off the stack, whichever measures faster per size class.
 """
 
 from __future__ import annotations
