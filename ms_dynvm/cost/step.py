@@ -55,7 +55,7 @@ from collections import deque
 
 
 class _Key:
-    __slots__ = ("n", "vm", "bare", "on", "gen", "every", "group", "prior", "vote", "probed", "early")
+    __slots__ = ("n", "vm", "bare", "on", "gen", "every", "group", "prior", "probed", "early")
 
     def __init__(self, window: int, gen: int, group) -> None:
         self.n = 0
@@ -66,7 +66,6 @@ class _Key:
         self.every = StepSwitch.PROBE_EVERY  # the other way is probed in one step in this many
         self.group = group  # keys of one group (one anchor) share a prior (see StepSwitch)
         self.prior = False  # started from its group's agreed way: no forced sampling
-        self.vote = None  # the way this key counts for in its group's votes (None: not settled)
         self.probed = 0  # VM steps dropped in a row because tier 1 probed in them (`record`)
         self.early = False  # settled before both ways had MIN_SAMPLES samples (EARLY_RATIO)
 
@@ -90,17 +89,26 @@ class StepSwitch:
         self.keys: dict = {}
         self.flips = 0  # VM -> bare and bare -> VM decisions of a key
         self._rng = random.Random(seed)
-        self.votes: dict = {}  # group -> [settled keys that chose bare, ... that chose the VM]
+
+    def _settled(self, k: _Key) -> bool:
+        return k.early or (len(k.vm) >= self.MIN_SAMPLES and len(k.bare) >= self.MIN_SAMPLES)
+
+    def votes(self, group) -> list:
+        """[settled keys of `group` that chose bare, ... that chose the VM]."""
+        v = [0, 0]
+        for k in self.keys.values():
+            if k.group == group and self._settled(k):
+                v[k.on] += 1
+        return v
 
     def _get(self, key, generation: int, group=None) -> _Key:
         k = self.keys.get(key)
         if k is None:
             if len(self.keys) >= self.MAX_KEYS:
-                old = self.keys.pop(next(iter(self.keys)))  # the oldest key
-                self._vote(old, None)
+                del self.keys[next(iter(self.keys))]  # the oldest key
+            v = self.votes(group)  # (a new key is rare: one per size class)
             k = self.keys[key] = _Key(self.WINDOW, generation, group)
-            v = self.votes.get(group)
-            if v is not None and min(v) == 0 and max(v) >= self.PRIOR_KEYS:
+            if min(v) == 0 and max(v) >= self.PRIOR_KEYS:
                 # Every settled key of this group chose one way: a new size class starts that way
                 # and is measured the other way only by probes.
                 k.on = v[1] > 0
@@ -110,17 +118,6 @@ class StepSwitch:
             k.gen = generation
             k.every = self.PROBE_EVERY
         return k
-
-    def _vote(self, k: _Key, way) -> None:
-        """Key `k` now counts for `way` (True: VM, False: bare, None: neither) in its group."""
-        if k.vote is way:
-            return
-        v = self.votes.setdefault(k.group, [0, 0])
-        if k.vote is not None:
-            v[k.vote] -= 1
-        if way is not None:
-            v[way] += 1
-        k.vote = way
 
     def decide(self, key, generation: int, group=None) -> bool:
         """True: run this step of `key` under the VM; False: bare. `generation`: tier 1's count of
@@ -174,11 +171,9 @@ class StepSwitch:
             v, b = statistics.median(k.vm), statistics.median(k.bare)
             if len(k.vm) >= self.MIN_SAMPLES and b > self.EARLY_RATIO * v:
                 k.on, k.early = True, True
-                self._vote(k, True)
             elif len(k.bare) >= self.MIN_SAMPLES and v > self.EARLY_RATIO * b:
                 k.on, k.early = False, True
                 self.flips += 1
-                self._vote(k, False)
         if len(k.vm) >= self.MIN_SAMPLES and len(k.bare) >= self.MIN_SAMPLES:
             v, b = statistics.median(k.vm), statistics.median(k.bare)
             if k.on and v > b * (1 + self.HYSTERESIS):
@@ -193,7 +188,6 @@ class StepSwitch:
                 # A probe that confirmed the choice: probe half as often (down to one step in
                 # MAX_PROBE_EVERY), so that a settled key pays little for re-measuring.
                 k.every = min(2 * k.every, self.MAX_PROBE_EVERY)
-            self._vote(k, k.on)
 
     def is_on(self, key) -> bool:
         k = self.keys.get(key)

@@ -17,7 +17,6 @@
 #include <Python.h>
 
 static PyObject *TensorType_;   /* mindspore.Tensor */
-static PyObject *ParamType_;    /* mindspore.Parameter */
 static PyObject *KEY_;          /* "ms_dynvm" */
 static PyObject *LEGACY_;       /* recorder._LEGACY */
 static PyObject *MULTI_;        /* recorder._MULTI */
@@ -37,7 +36,7 @@ static PyObject *get_tag(PyObject *t) {
 static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *parts,
                     PyObject **pregs, Py_ssize_t *np) {
     PyTypeObject *ta = Py_TYPE(a);
-    if ((PyObject *)ta == TensorType_ || (PyObject *)ta == ParamType_) {
+    if ((PyObject *)ta == TensorType_) {
         PyObject *tag = get_tag(a);
         if (tag == NULL) return -1;
         if (!PyTuple_CheckExact(tag) || PyTuple_GET_SIZE(tag) != 2) { Py_DECREF(tag); return 1; }
@@ -281,9 +280,8 @@ static PyObject *hit(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
 }
 
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *t, *p, *k, *l, *m, *c;
-    if (!PyArg_ParseTuple(args, "OOUOOO", &t, &p, &k, &l, &m, &c)) return NULL;
-    Py_XSETREF(ParamType_, Py_NewRef(p));
+    PyObject *t, *k, *l, *m, *c;
+    if (!PyArg_ParseTuple(args, "OUOOO", &t, &k, &l, &m, &c)) return NULL;
     Py_XSETREF(IS_CONTIG_, Py_NewRef(c));
     Py_XSETREF(TensorType_, Py_NewRef(t));
     Py_XSETREF(KEY_, Py_NewRef(k));
@@ -294,7 +292,7 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
-    {"setup", setup, METH_VARARGS, "setup(Tensor, Parameter, key, legacy, multi, is_contiguous)"},
+    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous)"},
     {NULL, NULL, 0, NULL},
 };
 

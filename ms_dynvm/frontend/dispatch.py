@@ -35,6 +35,7 @@ from time import perf_counter as _perf
 from ms_dynvm.frontend.options import Options
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
 from ms_dynvm.frontend.sync import Hooks
+from ms_dynvm.cost.model import SizeSwitch
 from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend.tier1 import _EAGER, _MISS, Tier1
 from ms_dynvm.metrics import METRICS
@@ -128,15 +129,16 @@ def _region_id(owner):
 def _size_classes(args) -> tuple:
     """Per tensor argument (top level, or in a top-level tuple or list), the bit length of its
     element count: the step switch's size class (cost/step.py)."""
+    size_class = SizeSwitch.size_class  # (tier 1's per-group size classes, the same measure)
     out = []
     for a in args[:_MAX_SIZED_ARGS]:
         ta = type(a)
         if ta is Tensor:
-            out.append(math.prod(a.shape).bit_length())
+            out.append(size_class(math.prod(a.shape)))
         elif ta is tuple or ta is list:
             for e in a[:_MAX_SIZED_ARGS]:
                 if type(e) is Tensor:
-                    out.append(math.prod(e.shape).bit_length())
+                    out.append(size_class(math.prod(e.shape)))
     return tuple(out)
 
 
@@ -202,7 +204,7 @@ class StepGate:
             depth = _DispatchGuardStack.depth()
             switched = True
             if vm and self.bare:
-                switched = depth == self.stack_depth - 1 and self._to_vm()
+                switched = self._to_vm()
             elif not vm and not self.bare:
                 if depth == self.stack_depth:
                     self._to_bare()
@@ -351,7 +353,6 @@ def _apply(opts: Options) -> None:
     if any(getattr(opts, k) != getattr(_S.options, k) for k in ("jit", "record") + _TIER1_OPTS):
         _S.mode.tier1 = _make_tier1(_S.recorder, opts)
     if opts.cell_boundaries != _S.options.cell_boundaries:
-        gate = _S.hooks.gate
         _S.hooks.uninstall()
         _S.hooks = Hooks(_S.recorder, opts.cell_boundaries)
         _S.hooks.install()

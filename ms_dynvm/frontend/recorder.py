@@ -117,7 +117,7 @@ def set_c_hot_path(on: bool) -> bool:
 
         mod = fastpath.load()
         if mod is not None:
-            mod.setup(Tensor, Parameter, _KEY, _LEGACY, _MULTI, _is_contiguous)
+            mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous)
             _hit = mod.hit
     return _hit is not None
 
@@ -583,11 +583,11 @@ class Recorder:
         # Plain mode drops the Program at a block end, except at an nn.Cell boundary (not a sync
         # point: values still flow into the next block, and tier 1 fuses across it) and at a
         # forward/backward phase change (the backward ops read the forward's values: kept, they are
-        # registers, not new inputs), while the Program stays under max_block_ops instructions.
-        # Also when no block is open (a sync point right after a Cell call), or the Program would
-        # grow over every later step. Its size is its register count (O(1): summing the blocks'
-        # instructions here cost O(blocks) per block end, most of the recorder's time in a training
-        # loop without a sync point).
+        # registers, not new inputs), while the Program stays under max_block_ops registers (its
+        # register count is O(1); summing the blocks' instructions here cost O(blocks) per block
+        # end, most of the recorder's time in a training loop without a sync point). Also when no
+        # block is open (a sync point right after a Cell call), or the Program would grow over every
+        # later step.
         drop = self.recording is None and (reason not in _KEEP_PROGRAM
                                            or self.program._n > self._max_block_ops)
         if self.on_close is not None:
@@ -797,7 +797,7 @@ class Recorder:
             fresh = None
             for a in src:
                 ta = type(a)
-                if ta is Tensor or ta is Parameter:
+                if ta is Tensor:
                     tag = a._get_user_data(_KEY)
                     if tag is not None and tag[0] == epoch:
                         r = tag[1]

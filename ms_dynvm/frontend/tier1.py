@@ -511,7 +511,7 @@ class _Pending:
     """A compiled run being served, or (`eager`) run eagerly without recording (see `Tier1.serve`)."""
 
     __slots__ = ("template", "base", "outs", "rets", "step", "n", "names", "matchers", "t_first",
-                 "size_class", "ctx", "eager", "args", "sized", "svals", "toks")
+                 "size_class", "ctx", "eager", "args", "sized", "svals", "toks", "legacy")
 
     def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False, svals=None,
                  toks=None):
@@ -531,6 +531,7 @@ class _Pending:
         self.sized = template.sized_checks or None  # step -> [(argument, scalar)] (see Tier1._lift)
         self.svals = svals  # this call's sized scalars
         self.toks = toks  # the bound external inputs' tokens (see Tier1._ext_tokens)
+        self.legacy = template.legacy_steps  # steps not served while MindSpore records (_requires_grad)
 
 
 class Tier1:
@@ -578,7 +579,7 @@ class Tier1:
         j = p.step
         if name != p.names[j]:
             return self._abandon("op_mismatch")
-        if j in p.template.legacy_steps and _requires_grad():
+        if j in p.legacy and _requires_grad():
             return self._abandon("legacy_op_under_grad")  # a run launched before a grad's forward
         r = p.matchers[j](args, p.base, p.toks, p.svals)
         if type(r) is int:

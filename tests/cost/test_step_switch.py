@@ -97,7 +97,7 @@ def test_a_new_size_class_starts_the_way_its_group_agreed_on():
     sw = StepSwitch()
     for cls in (1, 2):
         _steps_g(sw, ("a", cls), "a", 60, vm_s=0.3, bare_s=1.0)
-    assert sw.votes["a"] == [0, 2]
+    assert sw.votes("a") == [0, 2]
     d = _steps_g(sw, ("a", 3), "a", 40, vm_s=0.3, bare_s=1.0)
     assert sw.keys[("a", 3)].prior
     # No forced sampling of the slower way: only probes (about 1 in 16) run bare.
@@ -111,19 +111,19 @@ def test_a_prior_is_overruled_by_the_keys_own_samples():
     sw = StepSwitch()
     for cls in (1, 2):
         _steps_g(sw, ("a", cls), "a", 60, vm_s=2.0, bare_s=1.0)
-    assert sw.votes["a"] == [2, 0]
+    assert sw.votes("a") == [2, 0]
     # This size class is faster under the VM (say large enough for its kernels to pay).
     _steps_g(sw, ("a", 9), "a", 400, vm_s=0.3, bare_s=1.0)
     k = sw.keys[("a", 9)]
     assert k.prior and sw.is_on(("a", 9)) and len(k.bare) >= StepSwitch.MIN_SAMPLES
-    assert sw.votes["a"] == [2, 1]
+    assert sw.votes("a") == [2, 1]
 
 
 def test_groups_without_agreement_give_no_prior():
     sw = StepSwitch()
     _steps_g(sw, ("a", 1), "a", 60, vm_s=2.0, bare_s=1.0)
     _steps_g(sw, ("a", 2), "a", 60, vm_s=0.3, bare_s=1.0)
-    assert sw.votes["a"] == [1, 1]
+    assert sw.votes("a") == [1, 1]
     sw.decide(("a", 3), 0, "a")
     assert not sw.keys[("a", 3)].prior
 

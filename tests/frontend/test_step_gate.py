@@ -115,6 +115,18 @@ def _vm_sees_the_next_op(x):
     return ms_dynvm.stats()["ops_seen"] == before + 1
 
 
+def _spy():
+    """A dispatch mode of the script's own (to enter), and the names of the ops it sees."""
+    seen = []
+
+    class Spy(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, args, kwargs=None):
+            seen.append(func.name)
+            return func(*args)
+
+    return Spy(), seen
+
+
 
 def test_an_exception_in_a_bare_step_leaves_the_stack_sound(monkeypatch, _clean):
     net = _Boom()
@@ -150,19 +162,13 @@ def test_turning_the_switch_off_while_bare_puts_the_vm_back(monkeypatch, _clean)
 
 
 def test_a_mode_the_script_entered_is_never_popped(monkeypatch, _clean):
-    seen = []
-
-    class Spy(ms.MsDispatchMode):
-        def __ms_dispatch__(self, func, args, kwargs=None):
-            seen.append(func.name)
-            return func(*args)
-
+    spy, seen = _spy()
     net = _Boom()
     x = ms.Tensor(np.ones((2, 4), np.float32))
     made = _script(monkeypatch, [True, False, False])
     ms_dynvm.enable(step_switch=True)
     net(x)
-    with Spy():
+    with spy:
         net(x)  # the switch says bare, but the Spy is on top of ms_dynvm's mode: nothing is popped
         assert _DispatchGuardStack.depth() == _clean + 2
         assert seen  # the script's mode saw the ops
@@ -339,15 +345,9 @@ def test_sync_points_inside_a_bare_step_do_not_end_it(monkeypatch, _clean):
 
 
 def test_putting_the_vm_back_never_lands_on_a_mode_the_script_entered(monkeypatch, _clean):
-    seen = []
-
-    class Spy(ms.MsDispatchMode):
-        def __ms_dispatch__(self, func, args, kwargs=None):
-            seen.append(func.name)
-            return func(*args)
-
+    spy, seen = _spy()
     net, x = _bare_after_one_vm_step(monkeypatch)
-    with Spy():
+    with spy:
         ms_dynvm.enable(step_switch=False)  # wants the VM back: not on top of the script's mode
         assert _DispatchGuardStack.depth() == _clean + 1
     assert _DispatchGuardStack.depth() == _clean  # the Spy left, ours was not under it
@@ -370,12 +370,9 @@ def test_a_deep_copy_of_a_cell_is_another_region():
 
 
 def test_disable_inside_a_mode_entered_after_enable_is_a_clear_error(_clean):
-    class Spy(ms.MsDispatchMode):
-        def __ms_dispatch__(self, func, args, kwargs=None):
-            return func(*args)
-
+    spy, _ = _spy()
     ms_dynvm.enable()
-    with Spy():
+    with spy:
         with pytest.raises(RuntimeError, match="leave that mode first"):
             ms_dynvm.disable()
         assert ms_dynvm.is_enabled() and _DispatchGuardStack.depth() == _clean + 2
