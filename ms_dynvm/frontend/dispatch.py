@@ -51,9 +51,16 @@ class DynVMMode(ms.MsDispatchMode):
         # False inside `ms_dynvm.record()`: a recording holds every dispatched op, so nothing is
         # served (or run unrecorded) there; runs are still tracked and compiled.
         self.serving = True
+        # Set by the step gate at a sync point while steps are sync-anchored: the next op starts a
+        # step (StepGate.first_op), which may run bare from this op on.
+        self.step_next = False
+        self.gate: StepGate | None = None
 
     def __ms_dispatch__(self, func, args, kwargs=None):
         name = func.name
+        if self.step_next and self.gate.first_op(name, args):
+            # This step runs bare: the mode is off the stack now, this op runs as plain eager.
+            return func(*args, **kwargs) if kwargs else func(*args)
         t1 = self.tier1
         if t1 is None or kwargs:
             out = func(*args, **kwargs) if kwargs else func(*args)
@@ -110,6 +117,12 @@ _region_ids = itertools.count(1)
 _REGION_ATTR = "_ms_dynvm_region"
 _MAX_SIZED_ARGS = 16
 _BARE_SYNC_PATIENCE = 64
+# A sync-anchored step (StepGate.sync_point) ends at the first sync point at least this long after
+# its first op, and the switch gets its time per sync point: a loop with a sync point every few ops
+# (basic indexing is one) would otherwise pay the switch's own work (a decision, the mode off and
+# back on the stack, the recorder's block closed) every few ops. Per sync point, both ways measure
+# the same unit, whatever number of them each way's steps take in.
+MIN_SYNC_STEP_S = 0.002
 
 
 def _region_id(owner):
@@ -171,6 +184,7 @@ class StepGate:
         self.since_anchor = 0  # region starts since the anchor's last one
         self.step = None  # the step being run: (key, perf_counter at its start, under the VM, tier 1's probes)
         self.bare_syncs = 0
+        self.step_syncs = 0  # sync points in the sync-anchored step being run
 
     def region_start(self, owner, args, backward: bool = False) -> None:
         """An outermost Cell call (`owner` the Cell) or backward pass (`owner` the differentiated
@@ -194,7 +208,8 @@ class StepGate:
                     if self.since_anchor <= StepSwitch.ANCHOR_PATIENCE:
                         return
                 self.anchor = rid
-                self.step = None
+                self.step = None  # (a sync-anchored step ends unmeasured: regions anchor from now on)
+                mode.step_next = False
             self.since_anchor = 0
             end = _perf()
             sw = t1.steps
@@ -214,11 +229,7 @@ class StepGate:
                 else:
                     switched = False
             if prev is not None:
-                flips = sw.flips
-                sw.record(prev[0], end - prev[1], prev[2], t1.generation, prev[3] != t1.probes)
-                if sw.flips != flips:
-                    METRICS.step_flips += sw.flips - flips
-                    METRICS.steps_bare = sw.bare_keys()
+                self._record(t1, prev, end - prev[1])
             if not switched:
                 self.step = None  # the script entered a mode of its own meanwhile: not measured
                 return
@@ -232,11 +243,85 @@ class StepGate:
 
     def bare_sync(self) -> None:
         """A sync point while bare, outside any region (the hooks call it at depth 0 only): after
-        `_BARE_SYNC_PATIENCE` of them with no region start, the script has left its loop."""
+        `_BARE_SYNC_PATIENCE` of them with no region start, the script has left its loop. (With
+        sync-anchored steps, the step ends here: `sync_point`.)"""
+        if self.anchor is None:
+            self.sync_point()
+            return
         self.bare_syncs += 1
         if self.bare_syncs > _BARE_SYNC_PATIENCE:
             self.step = None
             self._to_vm()
+
+    # --- sync-anchored steps: scripts without a region (no Cell call, no backward pass) -----------
+    def sync_point(self) -> None:
+        """A sync point outside any region while no anchor has been seen (the hooks call it after the
+        recorder's sync; `bare_sync` while bare). The step being run ends here once it has run for
+        MIN_SYNC_STEP_S (its time per sync point goes to the switch); then ms_dynvm's mode goes back
+        on the stack, and the next dispatched op starts the next step (`first_op`)."""
+        mode = self.mode
+        try:
+            step = self.step
+            t1 = mode.tier1
+            if step is not None and t1 is not None:
+                self.step_syncs += 1
+                elapsed = _perf() - step[1]
+                if elapsed < MIN_SYNC_STEP_S:
+                    return  # the step goes on past this sync point (see MIN_SYNC_STEP_S)
+                self._record(t1, step, elapsed / self.step_syncs)
+            self.step = None
+            if self.bare:
+                self._to_vm()
+            opts = _S.options
+            mode.step_next = (t1 is not None and opts is not None and opts.step_switch
+                              and self.anchor is None and not self.bare)
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
+            self.step = None
+            mode.step_next = False
+            mode.recorder.on_error("step", e)
+            if self.bare:
+                self._to_vm()
+
+    def first_op(self, name: str, args) -> bool:
+        """The first op after a sync point (see `sync_point`) starts a step keyed by the op's name and
+        its tensor arguments' size classes; True when that step runs bare (the mode has been taken
+        off the stack: the caller runs the op plain)."""
+        mode = self.mode
+        mode.step_next = False
+        try:
+            t1 = mode.tier1
+            opts = _S.options
+            if (t1 is None or not mode.serving or opts is None or not opts.step_switch
+                    or self.anchor is not None or self.depth or self.bare):
+                return False
+            start = _perf()
+            group = ("sync", name)
+            key = (group, _size_classes(args))
+            vm = t1.steps.decide(key, t1.generation, group)
+            if not vm:
+                if _DispatchGuardStack.depth() != self.stack_depth:
+                    return False  # the script entered a mode of its own: not switched, not measured
+                self._to_bare()
+            METRICS.step_calls["vm" if vm else "bare"] += 1
+            self.step = (key, start, vm, t1.probes)
+            self.step_syncs = 0
+            return not vm
+        except Exception as e:  # noqa: BLE001
+            self.step = None
+            mode.recorder.on_error("step", e)
+            if self.bare:
+                self._to_vm()
+            return False
+
+    @staticmethod
+    def _record(t1, step, seconds: float) -> None:
+        """The step `step` (key, start, under the VM, tier 1's probes at its start) took `seconds`."""
+        sw = t1.steps
+        flips = sw.flips
+        sw.record(step[0], seconds, step[2], t1.generation, step[3] != t1.probes)
+        if sw.flips != flips:
+            METRICS.step_flips += sw.flips - flips
+            METRICS.steps_bare = sw.bare_keys()
 
     def _to_bare(self) -> None:
         rec = self.mode.recorder
@@ -304,7 +389,7 @@ def enable(**options) -> None:
         hooks.install()
         mode = DynVMMode(rec, tier1)
         mode.__enter__()
-        hooks.gate = StepGate(mode)
+        hooks.gate = mode.gate = StepGate(mode)
         _S.mode, _S.recorder, _S.hooks, _S.options = mode, rec, hooks, opts
         _S.thread = threading.get_ident()
         if not _S.atexit_registered:

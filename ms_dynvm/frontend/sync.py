@@ -80,6 +80,8 @@ class Hooks:
                                 gate.bare_sync()
                         else:
                             _safe(rec, reason, rec.sync, reason)
+                            if gate is not None and gate.anchor is None and not gate.depth:
+                                gate.sync_point()  # steps from sync point to sync point (no region yet)
                     return orig(self, *a, **k)
                 return sync_hook
             self._patch(Tensor, name, make)

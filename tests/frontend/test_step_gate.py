@@ -2,6 +2,8 @@
 dispatch mode off MindSpore's mode stack) or under the VM, with results equal to eager across every
 transition, the mode stack always restored, and the script's own modes never touched."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -377,3 +379,146 @@ def test_disable_inside_a_mode_entered_after_enable_is_a_clear_error(_clean):
             ms_dynvm.disable()
         assert ms_dynvm.is_enabled() and _DispatchGuardStack.depth() == _clean + 2
     assert ms_dynvm.disable() and _DispatchGuardStack.depth() == _clean
+
+
+# --- sync-anchored steps: a script with no Cell call and no backward pass --------------------------
+def _plain(x, m):
+    return ops.tanh(ops.relu(ops.exp(x * 0.5 - 1.0) * m + x) - 0.25)
+
+
+def _plain_inputs(seed, sizes):
+    rng = np.random.default_rng(seed)
+    return [(ms.Tensor(rng.standard_normal((b, 6)).astype(np.float32)),
+             ms.Tensor((rng.random((b, 6)) > 0.3).astype(np.float32))) for b in sizes]
+
+
+def test_sync_anchored_steps_equal_eager_and_bare_ones_are_unseen(monkeypatch, _clean):
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 0.0)  # one step per call
+    data = _plain_inputs(3, [3, 5, 3, 4, 3, 5, 3, 4, 2, 3, 3])
+    want = [_plain(x, m).asnumpy() for x, m in data]
+    ways = [True, False, False, True, False, True, True, False, False, True]
+    made = _script(monkeypatch, ways)
+    ms_dynvm.enable(step_switch=True, compile_policy="threshold", compile_threshold=1)
+    seen = []
+    for (x, m), w in zip(data, want):
+        before = ms_dynvm.stats()["ops_seen"]
+        np.testing.assert_allclose(_plain(x, m).asnumpy(), w, rtol=1e-5, atol=1e-6)
+        seen.append(ms_dynvm.stats()["ops_seen"] - before)
+        # The sync point ends the step: ms_dynvm's mode is back on the stack after each.
+        assert _DispatchGuardStack.depth() == _clean + 1 and not dispatch._S.hooks.gate.bare
+    # The first call has no step (steps run from one sync point to the next); then one decision per
+    # call, at its first op.
+    assert made == ways
+    assert seen[0] == 8 and all((n == 8) if vm else (n == 0) for n, vm in zip(seen[1:], ways))
+    s = ms_dynvm.stats()
+    assert s["step_calls"]["bare"] == ways.count(False) and s["step_calls"]["vm"] == ways.count(True)
+    assert not s["record_errors"] and s["fused_ops"] > 0
+
+
+def test_sync_anchored_keys_are_the_first_op_and_its_size_classes(monkeypatch):
+    keys = []
+
+    def decide(self, key, generation, group=None):
+        keys.append((key, group))
+        return True
+
+    monkeypatch.setattr(StepSwitch, "decide", decide)
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 0.0)
+    ms_dynvm.enable(step_switch=True)
+    for x, m in _plain_inputs(4, [2, 2, 40]):
+        _plain(x, m).asnumpy()
+    assert len(keys) == 2
+    (k1, g1), (k2, g2) = keys
+    assert g1 == g2 == k1[0] == k2[0] and g1[0] == "sync"
+    assert k1[1] == ((2 * 6).bit_length(),) and k2[1] == ((40 * 6).bit_length(),)
+
+
+def test_a_region_start_hands_the_steps_to_its_anchor(monkeypatch, _clean):
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 0.0)
+    made = _script(monkeypatch, [False] * 40)
+    ms_dynvm.enable(step_switch=True)
+    (x, m), = _plain_inputs(5, [3])
+    want = _plain(x, m).asnumpy()
+    np.testing.assert_allclose(_plain(x, m).asnumpy(), want, rtol=1e-5, atol=1e-6)  # a bare sync step
+    assert len(made) == 1
+    net = _Boom()
+    xc = ms.Tensor(np.ones((2, 4), np.float32))
+    net(xc)  # in the bare step: its start makes the Cell the anchor, which decides from now on
+    assert len(made) == 2 and dispatch._S.hooks.gate.anchor == dispatch._region_id(net)
+    for _ in range(3):
+        np.testing.assert_allclose(_plain(x, m).asnumpy(), want, rtol=1e-5, atol=1e-6)
+    assert len(made) == 2  # sync points no longer start steps
+    assert dispatch._S.hooks.gate.bare  # (the anchor's bare step goes on until its next start)
+
+
+def test_sync_anchored_steps_not_switched_inside_a_mode_the_script_entered(monkeypatch, _clean):
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 0.0)
+    spy, seen = _spy()
+    made = _script(monkeypatch, [False] * 10)
+    ms_dynvm.enable(step_switch=True)
+    (x, m), = _plain_inputs(6, [3])
+    _plain(x, m).asnumpy()
+    with spy:
+        # The switch says bare, but the spy is on top of ms_dynvm's mode: nothing is popped.
+        _plain(x, m).asnumpy()
+        assert _DispatchGuardStack.depth() == _clean + 2 and seen
+    assert made == [False] and _DispatchGuardStack.depth() == _clean + 1
+    assert ms_dynvm.stats()["step_calls"].get("bare", 0) == 0
+    before = ms_dynvm.stats()["ops_seen"]
+    _plain(x, m).asnumpy()  # now the step runs bare
+    assert made == [False, False] and ms_dynvm.stats()["step_calls"]["bare"] == 1
+    assert ms_dynvm.stats()["ops_seen"] == before and _DispatchGuardStack.depth() == _clean + 1
+
+
+def test_measured_policy_takes_a_slow_vm_out_of_a_plain_loop(monkeypatch):
+    """Real timing, with the VM made slow on purpose (0.5 ms per eagerly run op): the switch measures
+    both ways and runs the loop bare, results equal to eager throughout."""
+    from ms_dynvm.frontend.tier1 import Tier1
+
+    after_op = Tier1.after_op
+
+    def slow_after_op(self, *a):
+        end = time.perf_counter() + 5e-4
+        while time.perf_counter() < end:
+            pass
+        return after_op(self, *a)
+
+    monkeypatch.setattr(Tier1, "after_op", slow_after_op)
+    data = _plain_inputs(7, [4] * 60)
+    want = [_plain(x, m).asnumpy() for x, m in data]
+    ms_dynvm.enable(step_switch=True, jit=True)
+    for k, ((x, m), w) in enumerate(zip(data, want)):
+        if k == 40:
+            seen = ms_dynvm.stats()["ops_seen"]
+        np.testing.assert_allclose(_plain(x, m).asnumpy(), w, rtol=1e-5, atol=1e-6)
+    s = ms_dynvm.stats()
+    assert s["steps_bare"] == 1
+    assert s["step_calls"]["bare"] >= StepSwitch.MIN_SAMPLES and s["step_calls"]["vm"] >= StepSwitch.MIN_SAMPLES
+    # The last 20 calls ran bare (bar probes of the VM): the handler saw few of their 160 ops.
+    assert s["ops_seen"] - seen <= 40
+
+
+def test_short_sync_anchored_steps_merge(monkeypatch, _clean):
+    """A step ends at the first sync point MIN_SYNC_STEP_S after its start: a loop of short calls makes
+    one decision per few calls, and the switch gets the time per sync point."""
+    times = []
+    monkeypatch.setattr(StepSwitch, "record", lambda self, key, seconds, *a: times.append(seconds))
+    made = _script(monkeypatch, [False] * 100)
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 3600.0)
+    ms_dynvm.enable(step_switch=True)
+    data = _plain_inputs(8, [3] * 12)
+    stamps = []
+    for x, m in data:
+        stamps.append(time.perf_counter())
+        _plain(x, m).asnumpy()
+    assert made == [False] and not times  # one step (from the second call on), not over: bare all along
+    assert dispatch._S.hooks.gate.bare and _DispatchGuardStack.depth() == _clean
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 0.0)
+    x, m = data[0]
+    t_last = time.perf_counter()
+    _plain(x, m).asnumpy()  # the step's 12th sync point ends it
+    t_end = time.perf_counter()
+    assert len(times) == 1
+    # Its time per sync point: the step ran from inside the second call to inside the last one.
+    assert (t_last - stamps[2]) / 12 <= times[0] <= (t_end - stamps[1]) / 12
+    assert _DispatchGuardStack.depth() == _clean + 1 and not dispatch._S.hooks.gate.bare
