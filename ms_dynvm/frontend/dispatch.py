@@ -160,9 +160,10 @@ class StepGate:
     ms_dynvm/cost/step.py for steps, anchors and the policy), and measures it.
 
     The hooks of frontend/sync.py call `region_start` at every outermost Cell call and backward pass
-    (`depth` counts the hooked calls being run), and `bare_sync` at every sync point while bare. At
-    the anchor's start the gate ends the previous step (its wall time goes to the switch) and applies
-    the next step's way:
+    (`depth` counts the hooked calls being run), `bare_sync` at every sync point while bare, and,
+    until the first region start, `sync_point` at sync points outside any region (sync-anchored
+    steps: `first_op`, called by the handler, starts each). At the anchor's start the gate ends the
+    previous step (its wall time goes to the switch) and applies the next step's way:
     - to bare: the recorder's block is closed (reason "off": the Program is dropped, as at a sync
       point, since bare code may write tensors in place unseen; tier 1's run ends) and ms_dynvm's
       dispatch mode is popped off MindSpore's mode stack;

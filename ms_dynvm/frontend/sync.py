@@ -9,7 +9,8 @@
 - Regions: `nn.Cell.__call__` boundaries (see the `cell_boundaries` option).
 - Steps: every outermost Cell call and backward pass is a region start for the step switch
   (`dispatch.StepGate`, `cost/step.py`), also with `cell_boundaries="none"`; while a step runs bare
-  (ms_dynvm's dispatch mode off the stack), the hooks call straight through.
+  (ms_dynvm's dispatch mode off the stack), the hooks call straight through. Until the first region
+  start, sync points outside any region delimit the steps (`StepGate.sync_point`).
 
 Hooks are installed once per `enable()` and removed by `disable()`. They act only for the thread that
 called `enable()` (MindSpore's dispatch-mode stack is per thread, so ops from other threads are not
