@@ -334,6 +334,10 @@ class StepGate:
         if t1 is not None:
             t1.pending = None  # (a run tier 1 was running eagerly, unrecorded, is over too)
             t1.run = None
+            # The ops of the bare stretch are not in the history: a group starting after it must not
+            # bind an input from before it as "the result of the op before" (its later steps would
+            # then only be abandoned), nor keep those tensors alive meanwhile.
+            t1.hist.clear()
         _DispatchGuardStack.pop()
         self.bare = True
 
