@@ -5,6 +5,10 @@
   (`__getitem__`, `__setitem__`: MindSpore runs basic indexing without dispatching it). Each closes the
   current basic block. `__setitem__` also writes its tensor in place, so the recorder forgets that
   tensor's register (a later use reads the new value as a fresh input).
+- Writes that are not dispatched: `Tensor.assign_value`, `Parameter.set_data` (sync points, then the
+  tensor is forgotten, as for `__setitem__`); and graph-mode calls, `_JitExecutor.__call__` (a
+  `@jit` function or Cell, such as every nn optimizer's construct): none of their ops is dispatched
+  and they may update their inputs in place, so they are sync points before and after.
 - Phase: `_PyNativeExecutor.grad` runs the backward pass; wrapping it tells forward from backward.
 - Regions: `nn.Cell.__call__` boundaries (see the `cell_boundaries` option).
 - Steps: every outermost Cell call and backward pass is a region start for the step switch
@@ -27,10 +31,19 @@ from mindspore import Tensor, nn
 
 from ms_dynvm.frontend.recorder import tag_parameters
 
+from mindspore import Parameter
+
 try:  # MindSpore 2.9+ moved it; the old path still works with a deprecation warning.
     from mindspore.graph.api import _PyNativeExecutor
 except ImportError:  # pragma: no cover
     from mindspore.common.api import _PyNativeExecutor
+try:
+    from mindspore.graph.api import _JitExecutor
+except ImportError:  # pragma: no cover
+    try:
+        from mindspore.common.api import _JitExecutor
+    except ImportError:
+        _JitExecutor = None
 
 _MISSING = object()
 
@@ -98,6 +111,40 @@ class Hooks:
                 return orig(self, key, value)
             return setitem_hook
         self._patch(Tensor, "__setitem__", make_setitem)
+
+        # Writes MindSpore does not dispatch: like __setitem__, a sync point (a fused group being
+        # served stops there: its kernel read the old value), then the tensor's value is new.
+        def make_writer(orig, reason):
+            def writer_hook(self, *a, **k):
+                if threading.get_ident() == me:
+                    _safe(rec, reason, rec.sync, reason)
+                    out = orig(self, *a, **k)
+                    _safe(rec, reason, rec.forget, self)
+                    return out
+                return orig(self, *a, **k)
+            return writer_hook
+        self._patch(Tensor, "assign_value", lambda orig: make_writer(orig, "assign_value"))
+        self._patch(Parameter, "set_data", lambda orig: make_writer(orig, "set_data"))
+
+        # A jit function or Cell (nn optimizers' construct is one) runs as a graph: none of its ops
+        # is dispatched, and it may update its inputs in place (an optimizer's Parameters). A sync
+        # point before it (a group being served stops: its kernel read the old values) and after
+        # it (the Program is dropped: no register holds a value from before the call).
+        def make_jit(orig):
+            def jit_hook(executor, *a, **k):
+                if threading.get_ident() != me:
+                    return orig(executor, *a, **k)
+                gate = hooks.gate
+                if gate is not None and gate.bare:
+                    return orig(executor, *a, **k)
+                _safe(rec, "jit", rec.sync, "jit")
+                try:
+                    return orig(executor, *a, **k)
+                finally:
+                    _safe(rec, "jit", rec.sync, "jit")
+            return jit_hook
+        if _JitExecutor is not None:
+            self._patch(_JitExecutor, "__call__", make_jit)
 
         def make_grad(orig):
             def vm_grad(a, k):

@@ -208,6 +208,14 @@ class Step:
     key: tuple
     srcs: tuple  # per tensor argument: ("out", j, k) | ("ext", e)
     n_out: int
+    view: bool = False  # the op is a view (VIEW_OPS): served by running it (see RunTemplate.view_steps)
+
+
+# Fusible ops whose result is a view of their input in MindSpore (it shares the input's memory: a
+# later in-place write to either shows through the other). A kernel's result would be a copy, so
+# a served group runs these ops themselves on the tensors it handed back (`Tier1.serve`); the
+# kernel still computes through them (index expressions).
+VIEW_OPS = opcodes.VIEW & FUSIBLE
 
 
 class _StepPlan:
@@ -364,7 +372,7 @@ class RunTemplate:
             new_index = {old: new for new, old in enumerate(order)}
             self.ext = [self.ext[e] for e in order]
             self.steps = [Step(s.key, tuple(("ext", new_index[src[1]]) if src[0] == "ext" else src
-                                            for src in s.srcs), s.n_out) for s in self.steps]
+                                            for src in s.srcs), s.n_out, s.view) for s in self.steps]
             self.ext_order = order
         else:
             self.ext_order = None
@@ -416,6 +424,10 @@ class RunTemplate:
                                       and len(plan.frozen) == 3 and plan.frozen[0] == "<prim>"
                                       and type(plan.frozen[1]) is str)
         self.out_pos = [(first_out[j] - n_ext, st.n_out) for j, st in enumerate(self.steps)]
+        # Steps whose op is a view (VIEW_OPS): served by running the op on the arriving arguments
+        # (the tensors the group handed back, or the script's own), as an eagerly run group's steps
+        # are (`Tier1.eager_done`), so that the script's view shares its base's memory as in eager.
+        self.view_steps = frozenset(j for j, st in enumerate(self.steps) if st.view)
         # Every result carries its token when it is handed back (the tensor the user gets is a
         # copy of the handler's, made with its user data at that moment, so a tag put on the
         # handler's tensor later would not reach it): a later run finds it by that token
@@ -511,7 +523,7 @@ class _Pending:
     """A compiled run being served, or (`eager`) run eagerly without recording (see `Tier1.serve`)."""
 
     __slots__ = ("template", "base", "outs", "rets", "step", "n", "names", "matchers", "t_first",
-                 "size_class", "ctx", "eager", "args", "sized", "svals", "toks", "legacy")
+                 "size_class", "ctx", "eager", "args", "sized", "svals", "toks", "legacy", "views")
 
     def __init__(self, template, base, outs, rets, t_first, size_class, ctx, eager=False, svals=None,
                  toks=None):
@@ -532,6 +544,7 @@ class _Pending:
         self.svals = svals  # this call's sized scalars
         self.toks = toks  # the bound external inputs' tokens (see Tier1._ext_tokens)
         self.legacy = template.legacy_steps  # steps not served while MindSpore records (_requires_grad)
+        self.views = template.view_steps  # steps run for real even when served (VIEW_OPS)
 
 
 class Tier1:
@@ -589,7 +602,7 @@ class Tier1:
             for i, k in p.sized[j]:
                 if args[i] != svals[k]:
                     return self._abandon("sized_scalar_mismatch")
-        if p.eager:
+        if p.eager or j in p.views:
             p.args = r
             return _EAGER
         outs = p.outs[j]
@@ -823,7 +836,11 @@ class Tier1:
         grouped = [tuple(outs[i:i + n]) for i, n in t.out_pos]
         rets = [outs[i] if n == 1 else g for (i, n), g in zip(t.out_pos, grouped)]
         # A group has at least two steps (end_run drops shorter runs): the rest are served.
-        self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx, svals=svals, toks=toks)
+        p = self.pending = _Pending(t, base, grouped, rets, t0, launch.size_class, ctx, svals=svals, toks=toks)
+        if 0 in p.views:  # the first op is a view: the caller runs it (see RunTemplate.view_steps)
+            p.step = 0
+            p.args = first_args
+            return _EAGER
         self.hist.append((t.names[0], first_args, grouped[0], (), ()))
         return rets[0]
 
@@ -850,23 +867,27 @@ class Tier1:
         # In-place ops write their argument: serving a fresh result would lose the write.
         # Tensors inside a sequence argument (AddN's list) are not bound or checked by the serving
         # machinery (`_tensors` sees top-level tensors only): such an op ends the run.
-        fusible = False
+        fusible = view = False
         if (last is not None and name not in _INPLACE
                 and not (len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple
                          and _requires_grad())):
             blk, s0, s1 = last[0], last[1], last[2]
             if s1 - s0 == 1:  # one instruction (the common case): its op name, without a list
-                fusible = blk.op_at(s0) in FUSIBLE
+                op = blk.op_at(s0)
+                fusible = op in FUSIBLE
+                view = op in VIEW_OPS
             else:
-                fusible = all(op in FUSIBLE for op in blk.op_names(s0, s1))
+                ops = blk.op_names(s0, s1)
+                fusible = all(op in FUSIBLE for op in ops)
+                view = any(op in VIEW_OPS for op in ops)
             fusible = fusible and not _has_tensor_sequence(args)
         if not fusible:
             self.end_run()
         else:
-            self._extend_run(step_key(name, args), tensors, outs, last, seconds, arg_tags, out_tags)
+            self._extend_run(step_key(name, args), tensors, outs, last, seconds, arg_tags, out_tags, view)
         self._push_hist(name, tensors, outs, arg_tags, out_tags)
 
-    def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags) -> None:
+    def _extend_run(self, key, tensors, outs, last, seconds, arg_tags, out_tags, view=False) -> None:
         block, start, end, out_regs = last
         run = self.run
         if run is not None:
@@ -905,7 +926,7 @@ class Tier1:
             if prov is None:
                 # Not bindable at the first op: split the run here and start again at this op.
                 self.end_run()
-                self._extend_run(key, tensors, outs, last, seconds, arg_tags, out_tags)
+                self._extend_run(key, tensors, outs, last, seconds, arg_tags, out_tags, view)
                 return
             run.ext.append(prov)
             run.ext_tags.append(tag)
@@ -914,7 +935,7 @@ class Tier1:
         j = len(run.steps)
         for k, tag in enumerate(out_tags):
             run.out_tags[tag] = (j, k)
-        run.steps.append(Step(key, tuple(srcs), len(outs)))
+        run.steps.append(Step(key, tuple(srcs), len(outs), view))
         run.step_instrs.append(end - start)
         run.result_regs.extend(out_regs)
         run.end = end
