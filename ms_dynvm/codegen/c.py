@@ -128,6 +128,15 @@ def c_op(op: Op, ct: str) -> str:
         return f"({T})({a[0]} {binary[fn]} {a[1]})" if not flt else f"({a[0]} {binary[fn]} {a[1]})"
     zero = "0.0f" if ct == "f32" else "0.0" if ct == "f64" else f"(({T})0)"
     one = "1.0f" if ct == "f32" else "1.0" if ct == "f64" else f"(({T})1)"
+    if fn == "sub_rounded":
+        # a - b where a is rounded first, whatever computed it. GCC contracts a product that feeds a
+        # subtraction into one FMA (-ffp-contract=fast, its default outside strict_ieee): softmax's
+        # exp(x*s - max) would subtract the max from the UNROUNDED x*s, while the max pass took the
+        # max of the rounded products; at the row's maximum the difference is then the product's
+        # rounding error instead of 0, which overflows exp once |x*s| is above ~1e9 (inf / inf =
+        # NaN). `a + 0` (not folded: -0 + 0 = +0) is where a product contracts now, fma(x, s, 0),
+        # one rounding as in the max pass; the subtraction stays separate.
+        return f"(({a[0]} + {zero}) - {a[1]})"
     if fn == "cast":
         return _c_cast(x, op.attr("src"), op.attr("dst"))
     if fn == "round_to":

@@ -714,7 +714,7 @@ class _Lower:
         out = ins.outs[0]
         x = self.convert(self.value(xr, idx), xt.dtype, "f32")
         m = self._mat_value(f"max{out}", sidx)
-        d = self.op("f32", "sub", x, m)
+        d = self.op("f32", "sub_rounded", x, m)  # (x as the max pass saw it: see c.py)
         if ins.op == "softmax":
             e = self.op("f32", "exp", d)
             r = self.op("f32", "div_plain", e, self._mat_value(f"sum{out}", sidx))
@@ -908,7 +908,7 @@ class _Lower:
             natural = self._natural(xt.shape, (axis,), kept, outer_vars, True)
 
             def e_eval(idx):
-                d = self.op("f32", "sub", x_eval_f32(idx), self._mat_value(f"max{out}", natural))
+                d = self.op("f32", "sub_rounded", x_eval_f32(idx), self._mat_value(f"max{out}", natural))
                 e = self.op("f32", "exp", d)
                 if keep_e:
                     self.code.append(Store(out_bufs[0].name, out_bufs[0].address(idx), e))

@@ -216,6 +216,33 @@ def test_special_values_softmax(cache):
     assert_close(k([x, m]), reference(fn, [x, m]))
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("keep_max_out", [False, True])
+def test_softmax_of_a_product_with_huge_logits(cache, op, keep_max_out):
+    """softmax(x * s) with |x * s| far above 1e9: the max pass and the exp pass must see the same
+    rounded product (a product contracted into exp's subtraction as one FMA left the product's
+    rounding error at the row maximum, exp overflowed, inf / inf = NaN). With the product also a
+    group output, and not."""
+    g = G()
+    x = g.param("f32", (B, S))
+    p = g.op("mul", x, 0.07)
+    y = g.op(op, p, axis=-1)
+    fn = g.fn(outputs=[int(p), int(y)] if keep_max_out else [int(y)])
+    k = kernel(f"{op}_huge_{keep_max_out}", fn, cache)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((6, 9)).astype(np.float32)
+    a[0, 3] = 1e30
+    a[1, 2] = 3e38
+    a[1, 5] = 3e38
+    a[2] = rng.standard_normal(9).astype(np.float32) * 1e20
+    a[3, 0] = -1e30
+    a[4] = [1.7e10, 2.3e11, -5e12, 3.1e13, 4.4e14, 1.0e15, 7.7e16, 6.6e17, 5.5e18]
+    got = k([a])
+    ref = reference(fn, [a])
+    assert not np.isnan(got[-1]).any()
+    assert_close(got, ref)
+
+
 def test_views(cache):
     """reshape (split and merge), transpose, slice, broadcast_to, expand_dims, squeeze, select."""
     g = G()
