@@ -16,11 +16,35 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
+import warnings
+
+import concurrent.futures.thread  # noqa: F401 - its exit hook (joins pool threads) must register first
 
 from ms_dynvm.codegen.spec import CodegenError
 
+
+class CompilerUnavailable(CodegenError):
+    """No C compiler to run: `GCC` is not on PATH or not executable, it hung once in this process
+    (a compile ran past its timeout: it is not run again), or the interpreter is exiting."""
+
+
+_WARNED: set = set()
+_WARN_LOCK = threading.Lock()
+
+
+def warn_once(key: str, message: str, stacklevel: int = 3) -> bool:
+    """Warn `message` (RuntimeWarning) unless a warning of `key` was given in this process: one
+    missing compiler is one warning, however many parts of ms_dynvm find it missing."""
+    with _WARN_LOCK:
+        if key in _WARNED:
+            return False
+        _WARNED.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+    return True
+
 GCC = os.environ.get("DYNVM_CC", "gcc")
-COMPILE_TIMEOUT_S = 120  # a kernel that takes longer is a fallback, not a wait
+COMPILE_TIMEOUT_S = 60  # a kernel that takes longer is a fallback, not a wait (and gcc is not run again)
 MAX_SOURCE_BYTES = 4 << 20  # generated C above this is refused (a blow-up, not a kernel)
 
 # -fno-trapping-math lets GCC if-convert the branch-free math (it changes no result: we never read
@@ -42,7 +66,7 @@ def compiler_info() -> str:
     """'gcc (Debian 12.2.0-...) 12.2.0 | x86_64-linux-gnu' (CodegenError when gcc is missing)."""
     exe = shutil.which(GCC)
     if exe is None:
-        raise CodegenError(f"C compiler {GCC!r} not found on PATH")
+        raise CompilerUnavailable(f"C compiler {GCC!r} not found on PATH")
     try:
         version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30, check=True)
         machine = subprocess.run([exe, "-dumpmachine"], capture_output=True, text=True, timeout=30, check=True)
@@ -51,11 +75,16 @@ def compiler_info() -> str:
     return f"{version.stdout.splitlines()[0].strip()} | {machine.stdout.strip()}"
 
 
-def compile_shared(source: str, flag_list: list[str]) -> bytes:
-    """Compile C `source` with `flag_list`; returns the bytes of the shared object."""
+def compile_shared(source: str, flag_list: list[str], timeout: float | None = None) -> bytes:
+    """Compile C `source` with `flag_list`; returns the bytes of the shared object. A compile that
+    runs past `timeout` (default COMPILE_TIMEOUT_S) is killed, and the compiler is not run again in
+    this process (CompilerUnavailable): a hung compiler costs one wait, not one per kernel."""
+    if _REFUSE:
+        raise CompilerUnavailable(f"C compiler not run: {_REFUSE[0]}")
+    limit = COMPILE_TIMEOUT_S if timeout is None else timeout
     exe = shutil.which(GCC)
     if exe is None:
-        raise CodegenError(f"C compiler {GCC!r} not found on PATH")
+        raise CompilerUnavailable(f"C compiler {GCC!r} not found on PATH")
     with tempfile.TemporaryDirectory(prefix="dvm-cc-") as d:
         src = os.path.join(d, "kernel.c")
         out = os.path.join(d, "kernel.so")
@@ -70,20 +99,46 @@ def compile_shared(source: str, flag_list: list[str]) -> bytes:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     start_new_session=True)
         except OSError as e:
-            raise CodegenError(f"gcc failed to run: {e}") from e
+            raise CompilerUnavailable(f"gcc failed to run: {e}") from e
+        _RUNNING.add(proc)
         try:
-            _, stderr = proc.communicate(timeout=COMPILE_TIMEOUT_S)
+            _, stderr = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
             proc.communicate()
-            raise CodegenError(f"gcc took more than {COMPILE_TIMEOUT_S} s") from None
+            _REFUSE.append(f"{GCC} took more than {limit} s once")
+            raise CompilerUnavailable(f"{GCC} took more than {limit} s (not run again)") from None
+        finally:
+            _RUNNING.discard(proc)
+        if _REFUSE and proc.returncode != 0:  # killed at exit
+            raise CompilerUnavailable(f"C compiler stopped: {_REFUSE[0]}")
         if proc.returncode != 0:
             raise CodegenError(f"gcc exited with {proc.returncode}:\n{stderr[-4000:]}")
         with open(out, "rb") as f:
             return f.read()
+
+
+_RUNNING: set = set()  # compiler processes running now
+_REFUSE: list = []  # why no compiler is run any more in this process (empty: it is)
+
+
+def _stop_compiles() -> None:
+    """At interpreter exit, before the pool threads are joined (threading's exit hooks run last
+    registered first, and concurrent.futures' registered before this module's): kill the running
+    compilers so that exit does not wait for them, and start no other."""
+    _REFUSE.append("the interpreter is exiting")
+    for proc in list(_RUNNING):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+if hasattr(threading, "_register_atexit"):  # (CPython >= 3.9)
+    threading._register_atexit(_stop_compiles)
 
 
 def load_shared(data: bytes) -> ctypes.CDLL:

@@ -52,6 +52,9 @@ def _load_bytes(data: bytes):
         os.unlink(path)
 
 
+HOT_PATH_TIMEOUT_S = 20  # its build takes about 1 s
+
+
 def load():
     """The `_crecord` module, or None (with one warning) where it cannot be built or loaded."""
     with _lock:
@@ -70,10 +73,19 @@ def load():
                             "soabi": sysconfig.get_config_var("SOABI")})
             # A cache of its own (same directory): the kernels' cache counters stay theirs.
             cache = KernelCache(capacity=2)
-            mod = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), _load_bytes)
+            # (inside enable(): a hung compiler holds it up HOT_PATH_TIMEOUT_S at most, once)
+            mod = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags, HOT_PATH_TIMEOUT_S),
+                                     _load_bytes)
         except Exception as e:  # noqa: BLE001 - no C hot path is a slower recorder, not an error
-            warnings.warn(f"ms_dynvm: the recorder's C hot path is unavailable ({type(e).__name__}: "
-                          f"{str(e)[:300]}); recording in Python", RuntimeWarning, stacklevel=3)
+            from ms_dynvm.codegen import gcc
+
+            if isinstance(e, gcc.CompilerUnavailable):  # (tier 1 finds it missing too: one warning)
+                gcc.warn_once("no-compiler", f"ms_dynvm: no C compiler ({str(e)[:300]}): the recorder's C hot "
+                              "path is unavailable (recording in Python) and fused groups run eagerly",
+                              stacklevel=4)
+            else:
+                warnings.warn(f"ms_dynvm: the recorder's C hot path is unavailable ({type(e).__name__}: "
+                              f"{str(e)[:300]}); recording in Python", RuntimeWarning, stacklevel=3)
             mod = None
         _state["module"] = mod
         return mod

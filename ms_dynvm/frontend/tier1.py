@@ -1348,8 +1348,14 @@ class Tier1:
         t.stats.failed = True
         METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
         if not self._warned:
-            warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
-                          RuntimeWarning, stacklevel=3)
+            from ms_dynvm.codegen import gcc
+
+            if isinstance(e, gcc.CompilerUnavailable):  # one warning per process, the hot path's or this
+                gcc.warn_once("no-compiler", f"ms_dynvm: no C compiler ({e}): compiling a fused group failed, "
+                              "fused groups run eagerly", stacklevel=4)
+            else:
+                warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
+                              RuntimeWarning, stacklevel=3)
             self._warned = True
 
     def _install(self, t: RunTemplate, sig, fn: Function, built) -> None:

@@ -5,7 +5,11 @@ the ms_dynvm version, compiler version and flags, target arch (`platform.machine
 `-dumpmachine`), and the canonical IR text of the group with its signature (callers add these).
 
 Disk layout: `<dir>/<key[:2]>/<key>.bin`, `<dir>` = `$DYNVM_CACHE_DIR` or `~/.cache/ms_dynvm`, created
-with mode 0700 (kernels are code we will dlopen: other users must not be able to plant one). Each
+with mode 0700 (kernels are code we will dlopen: other users must not be able to plant one). An
+existing directory is used as it is when it is ours and not writable by group or others (never
+chmod'ed: `DYNVM_CACHE_DIR=/tmp` must not change /tmp); else, or when it cannot be created, the cache
+keeps to memory, with one warning (`disk_problem` says why). A write that fails is counted
+(`disk_write_errors`) and the artifact stays in memory. Each
 entry is `MAGIC | sha256(body) | len(body) | body`, body = `key` (utf-8, 64 hex chars) + payload. On
 load the magic, length, hash and embedded key are checked before the payload is handed to the
 loader; a corrupted, truncated or tampered entry is counted (`corrupt_entries`), deleted and rebuilt.
@@ -17,7 +21,7 @@ and then get the cached result. `submit` builds on a background thread and retur
 the block keeps running eagerly meanwhile).
 
 Counters (`stats()`): hits (memory), disk_hits, misses (neither), compiles, compile_seconds,
-corrupt_entries, evictions.
+corrupt_entries, evictions, disk_write_errors.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import stat
 import struct
 import tempfile
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -82,10 +88,17 @@ class KernelCache:
         self._key_locks: dict[str, threading.Lock] = {}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.counters = {"hits": 0, "misses": 0, "disk_hits": 0, "compiles": 0, "compile_seconds": 0.0,
-                         "corrupt_entries": 0, "evictions": 0}
+                         "corrupt_entries": 0, "evictions": 0, "disk_write_errors": 0}
+        self.disk_problem: str | None = None  # why the disk cache is off, when it was asked for
         if disk:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            os.chmod(self.directory, 0o700)  # makedirs' mode is masked by umask and ignored if it exists
+            problem = _prepare_dir(self.directory)
+            if problem is not None:
+                # Memory only: every build happens in this process, nothing is read from or written
+                # to a directory that is unusable or that others could write kernels into.
+                self.disk = False
+                self.disk_problem = problem
+                _warn_once(f"ms_dynvm: kernel cache directory {self.directory!r} {problem}; kernels are "
+                           f"cached in memory only (set DYNVM_CACHE_DIR to a private directory)")
 
     # --- public API -----------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -189,8 +202,12 @@ class KernelCache:
 
     def _disk_write(self, key: str, payload: bytes) -> None:
         d = os.path.dirname(self.path(key))
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".bin")
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".bin")
+        except OSError:  # (the directory became unusable: the artifact stays in memory)
+            self._count("disk_write_errors")
+            return
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(pack(key, payload))
@@ -199,6 +216,40 @@ class KernelCache:
         except OSError:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _prepare_dir(d: str) -> str | None:
+    """Create the cache directory `d` with mode 0700, or check an existing one: None when it is
+    usable, else why not. An existing directory is never chmod'ed (it may be shared, /tmp say);
+    it must be ours and not writable by group or others (they could plant a kernel whose hash
+    checks), and we must be able to write it."""
+    if os.path.exists(d) and not os.path.isdir(d):
+        return "is not a directory"
+    try:
+        if not os.path.isdir(d):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            os.chmod(d, 0o700)  # makedirs' mode is masked by the umask
+        st = os.stat(d)
+    except OSError as e:
+        return f"cannot be created ({e.strerror or e})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return "belongs to another user"
+    if st.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 _DEFAULT: KernelCache | None = None

@@ -99,6 +99,38 @@ def test_no_compiler_is_one_warning_and_the_python_path(monkeypatch):
     assert not ms_dynvm.stats()["record_errors"]
 
 
+def test_no_compiler_at_all_is_one_warning_for_the_hot_path_and_tier_1(monkeypatch, tmp_path):
+    import warnings
+
+    from ms_dynvm.frontend import dispatch
+    from ms_dynvm.runtime import cache as cache_mod
+
+    monkeypatch.setattr(gcc, "GCC", "no-such-cc-dvm")
+    monkeypatch.setattr(gcc, "_WARNED", set())
+    monkeypatch.setattr(fastpath, "_state", {})
+    monkeypatch.setattr(cache_mod, "_DEFAULT", None)
+    monkeypatch.setenv("DYNVM_CACHE_DIR", str(tmp_path / "kc"))  # nothing cached: every kernel is a build
+    real = open(fastpath._SOURCE).read()
+    monkeypatch.setattr(fastpath, "_SOURCE", str(tmp_path / "crecord.c"))
+    with open(fastpath._SOURCE, "w") as f:
+        f.write(real + "\n/* test copy */\n")
+    ms_dynvm.disable()
+    dispatch.forget_compiled()
+    ms_dynvm.reset_stats()
+    x = ms.Tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    want = (ops.tanh(x * 0.5 + 1.0) - x).asnumpy()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        ms_dynvm.enable(jit=True, compile_policy="threshold", compile_threshold=1)
+        for _ in range(4):
+            np.testing.assert_allclose((ops.tanh(x * 0.5 + 1.0) - x).asnumpy(), want, rtol=1e-6)
+        st = ms_dynvm.stats()
+        ms_dynvm.disable()
+    ours = [str(m.message) for m in w if "ms_dynvm" in str(m.message)]
+    assert len(ours) == 1 and "no C compiler" in ours[0], ours
+    assert any("compile error" in k for k in st["fallbacks"]), st["fallbacks"]
+
+
 def test_c_path_holds_no_stray_references():
     """Reference counts of what a plan shares with every instruction it records (op name, attrs,
     result type, the plan itself) return to where they were once the Programs that held those

@@ -173,3 +173,47 @@ def test_disk_round_trip_in_a_second_process(tmp_path):
     assert first["ok"] and second["ok"] and first["key"] == second["key"]
     assert first["stats"]["compiles"] == 1
     assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
+
+
+def test_an_existing_shared_directory_is_not_chmoded_nor_used(tmp_path, monkeypatch):
+    import warnings
+
+    from ms_dynvm.runtime import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_WARNED", set())
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        c = KernelCache(str(shared))
+        KernelCache(str(shared))  # a second cache on it: no second warning
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o1777
+    assert not c.disk and "writable by group or others" in c.disk_problem
+    assert len([x for x in w if "kernel cache directory" in str(x.message)]) == 1
+    key = make_key({"ir": "shared"})
+    build, calls = counting_build()
+    assert c.get_or_build(key, build) == b"payload" and c.get_or_build(key, build) == b"payload"
+    assert len(calls) == 1 and os.listdir(shared) == []  # memory only
+
+
+def test_an_unusable_directory_keeps_the_cache_in_memory(tmp_path, monkeypatch):
+    from ms_dynvm.runtime import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_WARNED", set())
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    for d, why in ((a_file, "not a directory"), (a_file / "sub", "cannot be created")):
+        with pytest.warns(RuntimeWarning, match="memory only"):
+            c = KernelCache(str(d))
+        assert not c.disk and why in c.disk_problem
+        build, calls = counting_build()
+        assert c.get_or_build(make_key({"ir": str(d)}), build) == b"payload"
+
+
+def test_a_private_existing_directory_is_used_as_it_is(tmp_path):
+    d = tmp_path / "mine"
+    d.mkdir()
+    os.chmod(d, 0o755)
+    c = KernelCache(str(d))
+    assert c.disk and c.disk_problem is None and stat.S_IMODE(os.stat(d).st_mode) == 0o755
