@@ -632,6 +632,11 @@ class _Lower:
             if args[2] is not None:
                 r = self.op(ct, "clamp_hi", r, arg(2, rd))
             return r
+        if (op in _FLOAT_UNARY and args and isinstance(args[0], Reg)
+                and not _is_float(self.types[int(args[0])].dtype)):
+            # MindSpore CPU refuses most of these on integer and bool tensors and has rules of its own
+            # for the rest (selu of int32: -1 -> 0, measured; the VM's elu then mul gives -1).
+            raise CodegenError(f"{op} of a {self.types[int(args[0])].dtype} tensor is left to eager")
         if rd == "bool":
             return self._bool_arith(op, args, arg)
         if not _is_float(rd):
