@@ -29,6 +29,12 @@ argument: each must be a result this run served or a bound external input) and g
 result. On any mismatch the run is abandoned and the op (and everything after it) runs eagerly, so
 every tensor handed to Python is fully computed. MindSpore's autograd records the original ops with
 the returned results, so gradients stay right; backward ops are fused by the same machinery.
+Exceptions: a step whose op is a view (VIEW_OPS: transpose, expand_dims, squeeze) is run for real on
+its arriving arguments, so that the script's view shares its base's memory as in eager (a later
+in-place write to either shows through the other); the kernel still computes through it. And a sync
+point, an undispatched write (`__setitem__`, `Tensor.assign_value`, `Parameter.set_data`) or a
+`@jit` call between two ops of a served run abandons it there (frontend/sync.py): the kernel read its
+inputs at the first op.
 
 Served ops are counted (`fused_ops`) but not re-recorded; later ops see their results as fresh inputs.
 
