@@ -434,6 +434,14 @@ class RunTemplate:
         # (the tensors the group handed back, or the script's own), as an eagerly run group's steps
         # are (`Tier1.eager_done`), so that the script's view shares its base's memory as in eager.
         self.view_steps = frozenset(j for j, st in enumerate(self.steps) if st.view)
+        # Per result (all steps' results in order): its index among the kernel's outputs, or None
+        # for a view step's (never served from the kernel, so not written: the kernel computes
+        # through the view and keeps its copy out of memory).
+        self.kernel_out, n = [], 0
+        for st in self.steps:
+            for _ in range(st.n_out):
+                self.kernel_out.append(None if st.view else n)
+                n += 0 if st.view else 1
         # Every result carries its token when it is handed back (the tensor the user gets is a
         # copy of the handler's, made with its user data at that moment, so a tag put on the
         # handler's tensor later would not reach it): a later run finds it by that token
@@ -837,8 +845,14 @@ class Tier1:
         launch.go(ptrs)
         toks = _ext_tokens(t, bound, base, rtags)
         off = base + t.n_ext
-        for k, o in enumerate(outs):
-            o._set_user_data(_T1KEY, off + k)
+        if t.view_steps:  # all results in order, None for the views' (see RunTemplate.kernel_out)
+            outs = [None if k is None else outs[k] for k in t.kernel_out]
+            for k, o in enumerate(outs):
+                if o is not None:
+                    o._set_user_data(_T1KEY, off + k)
+        else:
+            for k, o in enumerate(outs):
+                o._set_user_data(_T1KEY, off + k)
         grouped = [tuple(outs[i:i + n]) for i, n in t.out_pos]
         rets = [outs[i] if n == 1 else g for (i, n), g in zip(t.out_pos, grouped)]
         # A group has at least two steps (end_run drops shorter runs): the rest are served.
@@ -1011,8 +1025,8 @@ class Tier1:
 
     def end_run(self) -> None:
         run, self.run = self.run, None
-        if run is None or len(run.steps) < 2:
-            return
+        if run is None or len(run.steps) < 2 or all(s.view for s in run.steps):
+            return  # (views alone: every step would run for real, see RunTemplate.view_steps)
         key = _run_key(run)
         if any(r is None for r in run.ext_regs):
             return
@@ -1080,7 +1094,7 @@ class Tier1:
             hot = self.cost.should_compile(st, len(t.steps), background=self.opts.compile_async)
         if hot:
             # Generalise the function of THIS call: the signature's symbols group this call's dims.
-            self._compile(t, sig, self._function(run, t.sized_operands))
+            self._compile(t, sig, self._function(run, t.sized_operands, t.kernel_out))
 
     @staticmethod
     def _body(run: _OpenRun) -> list:
@@ -1089,9 +1103,10 @@ class Tier1:
             body.extend(block.instrs_between(start, end))
         return body
 
-    def _function(self, run: _OpenRun, sized_operands=()) -> Function:
+    def _function(self, run: _OpenRun, sized_operands=(), kernel_out=None) -> Function:
         """The run as one IR Function; `sized_operands` (instruction, operand, dtype): immediates that
-        become 0-d params, after the external inputs (see `_lift`)."""
+        become 0-d params, after the external inputs (see `_lift`); `kernel_out`: per result, None
+        where it is not an output (a view step's, see RunTemplate.kernel_out)."""
         types = self.recorder.program.types
         body = self._body(run)
         regs = set(run.ext_regs)
@@ -1109,7 +1124,12 @@ class Tier1:
             typed[nxt] = TensorType(dt, (), "contiguous")
             params.append(nxt)
             nxt += 1
-        return Function("t1", params, instrs, [int(r) for r in run.result_regs], typed)
+        results = [int(r) for r in run.result_regs]
+        if kernel_out is not None:
+            if len(kernel_out) != len(results):  # (never seen: results and steps' n_out agree)
+                raise ValueError(f"{len(results)} results for {len(kernel_out)} step results")
+            results = [r for r, k in zip(results, kernel_out) if k is not None]
+        return Function("t1", params, instrs, results, typed)
 
     # --- sized scalars ----------------------------------------------------------------------------
     # A float argument that changes with the sizes (mean's backward: Divs(dout, n); 1/n factors)

@@ -176,3 +176,27 @@ def test_a_group_that_starts_with_a_view():
     assert np.all(want[-1][0] == 0.0)
     _assert_same(want, got)
     assert fused > 0
+
+
+def test_the_kernel_does_not_write_the_views_results():
+    """A view step's result is the real view (run for real), so the kernel keeps its copy out of
+    memory: one output fewer per view step; a run of views alone is not a group."""
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    ms_dynvm.enable(compile_policy="threshold", compile_threshold=1)
+    for _ in range(4):
+        a = x * 2.0
+        v = a.T  # view
+        u = ops.expand_dims(v + 1.0, 0)  # add, then a view
+        w = u * 3.0
+        np.testing.assert_allclose(w.asnumpy(), ((x.asnumpy() * 2.0).T + 1.0)[None] * 3.0, rtol=1e-6)
+        ops.squeeze(ops.expand_dims(x, 0), 0).asnumpy()  # views alone
+    t1 = dispatch._S.mode.tier1
+    groups = [t for t in t1.templates.values() if t.kernels]
+    assert groups, "nothing compiled"
+    for t in groups:
+        n_results = sum(st.n_out for st in t.steps)
+        for _kernel, fn, _guards in t.kernels.values():
+            assert len(fn.outputs) == n_results - sum(st.n_out for st in t.steps if st.view)
+    assert any(t.view_steps for t in groups)
+    assert all(not all(st.view for st in t.steps) for t in t1.templates.values())
+    assert ms_dynvm.stats()["fused_ops"] > 0
