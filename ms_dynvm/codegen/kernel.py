@@ -57,10 +57,11 @@ def supports(fn) -> tuple[bool, str]:
     return True, ""
 
 
-def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, cache=None) -> "CompiledKernel":
-    """Compile fusion group `fn` for the CPU; raises CodegenError if unsupported or if gcc fails."""
+def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False) -> tuple:
+    """(cache key, spec, C source, gcc flags) of group `fn`: what `compile_group` builds and looks up
+    (no gcc run; CodegenError where unsupported, CompilerUnavailable without a compiler)."""
     from ms_dynvm import __version__
-    from ms_dynvm.runtime.cache import default_cache, make_key
+    from ms_dynvm.runtime.cache import make_key
 
     spec = lower(fn)
     try:
@@ -76,6 +77,14 @@ def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, cac
         "ir": canonical_text(fn),
         "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
     })
+    return key, spec, source, flags
+
+
+def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, cache=None) -> "CompiledKernel":
+    """Compile fusion group `fn` for the CPU; raises CodegenError if unsupported or if gcc fails."""
+    from ms_dynvm.runtime.cache import default_cache
+
+    key, spec, source, flags = kernel_key(fn, strict_ieee=strict_ieee, fast_math=fast_math)
     cache = default_cache() if cache is None else cache
     lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
     return CompiledKernel(spec, source, key, lib, fn)
@@ -207,4 +216,4 @@ class CompiledKernel:
         go([int(p) for p in in_ptrs] + [int(p) for p in out_ptrs])
 
 
-__all__ = ["CompiledKernel", "canonical_text", "compile_group", "supports"]
+__all__ = ["CompiledKernel", "canonical_text", "compile_group", "kernel_key", "supports"]

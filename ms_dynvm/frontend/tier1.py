@@ -362,6 +362,7 @@ class RunTemplate:
     ctx_fails: dict = field(default_factory=dict)
     ctx_skips: int = 0
     building: dict = field(default_factory=dict)  # observed Signature -> (Future, Signature, Function)
+    on_disk: dict = field(default_factory=dict)  # observed Signature -> its kernel is cached (Tier1._cached)
     # Sized scalars (see Tier1._lift): per scalar (tensor input, axes, "n" | "1/n", its 0-d kernel
     # input array); per step, the (argument position, scalar index) its arriving op must hold; and
     # where each sits in the run's instructions: (instruction, operand, dtype).
@@ -1091,7 +1092,20 @@ class Tier1:
         if self.opts.compile_policy == "threshold":
             hot = st.calls >= self.opts.compile_threshold
         else:
-            hot = self.cost.should_compile(st, len(t.steps), background=self.opts.compile_async)
+            fn = None
+            cached = False
+            if st.calls >= self.cost.threshold and not st.compiled:
+                # A kernel already in the cache (a warm disk cache: an earlier process) costs a load,
+                # not a compile: the cost model promotes it at the threshold. Looked up once per
+                # signature (it renders the kernel's source for the key).
+                cached = t.on_disk.get(sig)
+                if cached is None:
+                    fn = self._function(run, t.sized_operands, t.kernel_out)
+                    cached = t.on_disk[sig] = self._cached(t, sig, fn)
+            hot = self.cost.should_compile(st, len(t.steps), cached=cached, background=self.opts.compile_async)
+            if hot and fn is not None:
+                self._compile(t, sig, fn)
+                return
         if hot:
             # Generalise the function of THIS call: the signature's symbols group this call's dims.
             self._compile(t, sig, self._function(run, t.sized_operands, t.kernel_out))
@@ -1314,6 +1328,26 @@ class Tier1:
                 if prof[3][j][1][i] != vals[k]:
                     return None
         return t
+
+    def _cached(self, t: RunTemplate, sig, fn: Function) -> bool:
+        """Whether the kernel `_compile` would build for `fn` is in the kernel cache already (memory
+        or disk). False where it cannot tell (unsupported, no compiler): the compile decides then."""
+        from ms_dynvm import codegen
+        from ms_dynvm.runtime.cache import default_cache
+
+        from ms_dynvm.passes.shapes import generalize as _generalize
+
+        try:
+            # (`generalize` without its side effects: a group that cannot be generalised is only
+            # frozen, and counted, by the compile itself)
+            marks = {(r, axis): d for r, (_, _, dims) in zip(fn.params, sig.inputs)
+                     for axis, d in enumerate(dims) if isinstance(d, str)}
+            gfn = _generalize(fn, marks) if marks else fn
+            key = codegen.kernel.kernel_key(gfn, strict_ieee=self.opts.strict_ieee,
+                                            fast_math=self.opts.fast_math)[0]
+            return default_cache().has(key)
+        except Exception:  # noqa: BLE001 - a guess for the cost model, never an error
+            return False
 
     def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
         from ms_dynvm import codegen

@@ -111,6 +111,13 @@ class KernelCache:
             lru = self._mem.get(device)
             return lru.get(key) if lru else None
 
+    def has(self, key: str, device: str = "cpu") -> bool:
+        """Whether `key` would load without a build: in memory, or an entry on disk (not checked
+        here: a corrupted one is found, and rebuilt, by the load). No counting."""
+        if self.get(key, device) is not None:
+            return True
+        return self.disk and os.path.exists(self.path(key))
+
     def get_or_build(self, key: str, build_fn: Callable[[], bytes], load_fn: Callable[[bytes], object] = bytes,
                      device: str = "cpu"):
         """Memory, then disk, then build (once per key even under concurrency)."""

@@ -217,3 +217,17 @@ def test_a_private_existing_directory_is_used_as_it_is(tmp_path):
     os.chmod(d, 0o755)
     c = KernelCache(str(d))
     assert c.disk and c.disk_problem is None and stat.S_IMODE(os.stat(d).st_mode) == 0o755
+
+
+def test_has_sees_memory_and_disk_entries_without_counting(tmp_path):
+    key = make_key({"ir": "has"})
+    c = KernelCache(str(tmp_path))
+    assert not c.has(key)
+    build, _ = counting_build()
+    c.get_or_build(key, build)
+    before = c.stats()
+    assert c.has(key)
+    c.clear_memory()
+    assert c.has(key)  # on disk
+    assert not KernelCache(str(tmp_path), disk=False).has(key)
+    assert c.stats() == before
