@@ -4,7 +4,10 @@ Only generated source is compiled: the source is written to a private temporary 
 run with an argument list (no shell). `compiler_info()` (gcc's version and target triple, cached per
 process) and `flags(...)` feed the kernel cache key, so a compiler upgrade or a flag change never
 loads a stale binary. A missing gcc or a failed compile raises `CodegenError` carrying gcc's output;
-the caller falls back to eager execution.
+the caller falls back to eager execution. `CompilerUnavailable` (a CodegenError) means no compiler
+runs at all: none on PATH, one that ran past its time limit once (it is not run again in the
+process), or the interpreter exiting (running compiles are killed then, so exit does not wait for
+a background compile). `warn_once` keeps that to one warning per process.
 """
 
 from __future__ import annotations
