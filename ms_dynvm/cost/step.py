@@ -90,7 +90,8 @@ class StepSwitch:
     EARLY_RATIO = 2.0
 
     def __init__(self, seed: int = 0x5EED) -> None:
-        self.keys: dict = {}
+        self.keys: dict = {}  # key -> _Key, least recently decided first (MAX_KEYS evicts from there)
+        self.by_group: dict = {}  # group -> {key: _Key}: `votes` reads one group, not every key
         self.flips = 0  # VM -> bare and bare -> VM decisions of a key
         self._rng = random.Random(seed)
 
@@ -100,27 +101,37 @@ class StepSwitch:
     def votes(self, group) -> list:
         """[settled keys of `group` that chose bare, ... that chose the VM]."""
         v = [0, 0]
-        for k in self.keys.values():
-            if k.group == group and self._settled(k):
+        for k in self.by_group.get(group, {}).values():
+            if self._settled(k):
                 v[k.on] += 1
         return v
 
     def _get(self, key, generation: int, group=None) -> _Key:
-        k = self.keys.get(key)
-        if k is None:
-            if len(self.keys) >= self.MAX_KEYS:
-                del self.keys[next(iter(self.keys))]  # the oldest key
-            v = self.votes(group)  # (a new key is rare: one per size class)
-            k = self.keys[key] = _Key(self.WINDOW, generation, group)
-            if min(v) == 0 and max(v) >= self.PRIOR_KEYS:
-                # Every settled key of this group chose one way: a new size class starts that way
-                # and is measured the other way only by probes.
-                k.on = v[1] > 0
-                k.prior = True
-        elif k.gen != generation:
-            k.vm.clear()
-            k.gen = generation
-            k.every = self.PROBE_EVERY
+        keys = self.keys
+        k = keys.pop(key, None)
+        if k is not None:
+            keys[key] = k  # (most recently decided last)
+            if k.gen != generation:
+                k.vm.clear()
+                k.gen = generation
+                k.every = self.PROBE_EVERY
+            return k
+        if len(keys) >= self.MAX_KEYS:  # the least recently decided key goes
+            old_key = next(iter(keys))
+            old = keys.pop(old_key)
+            members = self.by_group.get(old.group)
+            if members is not None:
+                members.pop(old_key, None)
+                if not members:
+                    del self.by_group[old.group]
+        v = self.votes(group)
+        k = keys[key] = _Key(self.WINDOW, generation, group)
+        self.by_group.setdefault(group, {})[key] = k
+        if min(v) == 0 and max(v) >= self.PRIOR_KEYS:
+            # Every settled key of this group chose one way: a new size class starts that way
+            # and is measured the other way only by probes.
+            k.on = v[1] > 0
+            k.prior = True
         return k
 
     def decide(self, key, generation: int, group=None) -> bool:

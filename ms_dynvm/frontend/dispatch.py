@@ -116,6 +116,7 @@ class DynVMMode(ms.MsDispatchMode):
 _region_ids = itertools.count(1)
 _REGION_ATTR = "_ms_dynvm_region"
 _MAX_SIZED_ARGS = 16
+_MAX_SIZE_CLASSES = 4
 _BARE_SYNC_PATIENCE = 64
 # A sync-anchored step (StepGate.sync_point) ends at the first sync point at least this long after
 # its first op, and the switch gets its time per sync point: a loop with a sync point every few ops
@@ -141,18 +142,22 @@ def _region_id(owner):
 
 def _size_classes(args) -> tuple:
     """Per tensor argument (top level, or in a top-level tuple or list), the bit length of its
-    element count: the step switch's size class (cost/step.py)."""
+    element count: the step switch's size class (cost/step.py). Past _MAX_SIZE_CLASSES tensors
+    (a concat of variable pieces, say), ("many", their number, the class of their total): the
+    classes of each would make nearly every step a new key, none of them ever settled."""
     size_class = SizeSwitch.size_class  # (tier 1's per-group size classes, the same measure)
-    out = []
+    numels = []
     for a in args[:_MAX_SIZED_ARGS]:
         ta = type(a)
         if ta is Tensor:
-            out.append(size_class(math.prod(a.shape)))
+            numels.append(math.prod(a.shape))
         elif ta is tuple or ta is list:
             for e in a[:_MAX_SIZED_ARGS]:
                 if type(e) is Tensor:
-                    out.append(size_class(math.prod(e.shape)))
-    return tuple(out)
+                    numels.append(math.prod(e.shape))
+    if len(numels) > _MAX_SIZE_CLASSES:
+        return ("many", len(numels), size_class(sum(numels)))
+    return tuple(size_class(n) for n in numels)
 
 
 class StepGate:

@@ -80,8 +80,31 @@ def test_keys_are_independent_and_bounded():
         for i in range(5):
             sw.decide(("new", i), 0)
         assert len(sw.keys) == 3 and "slow" not in sw.keys
+        assert sum(len(m) for m in sw.by_group.values()) == 3  # the group index forgets them too
     finally:
         StepSwitch.MAX_KEYS = old
+
+
+def test_the_least_recently_decided_key_is_evicted(monkeypatch):
+    """A key decided all along survives keys that came after it and were not seen again."""
+    monkeypatch.setattr(StepSwitch, "MAX_KEYS", 4)
+    sw = StepSwitch()
+    _steps(sw, "hot", 30, vm_s=3.0, bare_s=1.0)
+    assert not sw.is_on("hot")
+    for i in range(20):
+        sw.decide(("once", i), 0)
+        sw.decide("hot", 0)
+    assert "hot" in sw.keys and not sw.is_on("hot") and len(sw.keys) == 4
+
+
+def test_votes_read_their_group_only():
+    sw = StepSwitch()
+    for g in range(3):
+        _steps_g(sw, ("a", g), "A", 40, vm_s=3.0, bare_s=1.0)
+    for i in range(500):  # many keys of other groups
+        sw.decide(("b", i), 0, ("B", i))
+    assert sw.votes("A") == [3, 0] and sw.votes("B") == [0, 0] and sw.votes(("B", 7)) == [0, 0]
+    assert len(sw.by_group["A"]) == 3
 
 
 def _steps_g(sw, key, group, n, vm_s, bare_s, gen=0):

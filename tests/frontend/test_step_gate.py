@@ -522,3 +522,14 @@ def test_short_sync_anchored_steps_merge(monkeypatch, _clean):
     # Its time per sync point: the step ran from inside the second call to inside the last one.
     assert (t_last - stamps[2]) / 12 <= times[0] <= (t_end - stamps[1]) / 12
     assert _DispatchGuardStack.depth() == _clean + 1 and not dispatch._S.hooks.gate.bare
+
+
+def test_keys_of_many_tensor_arguments_are_compact():
+    """A first op over a list of variable pieces (a concat) is keyed by their number and the class of
+    their total, not one class each: else nearly every step would be a new key."""
+    few = [ms.Tensor(np.ones((n, 3), np.float32)) for n in (1, 5, 9)]
+    many = [ms.Tensor(np.ones((n, 3), np.float32)) for n in (1, 5, 9, 2, 7, 3)]
+    assert dispatch._size_classes((few,)) == tuple((n * 3).bit_length() for n in (1, 5, 9))
+    assert dispatch._size_classes((many, 0)) == ("many", 6, (27 * 3).bit_length())
+    other = [ms.Tensor(np.ones((n, 3), np.float32)) for n in (3, 3, 9, 4, 6, 2)]
+    assert dispatch._size_classes((other,)) == dispatch._size_classes((many,))
