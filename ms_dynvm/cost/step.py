@@ -12,7 +12,8 @@ start of the anchor to its next start: in a training loop, the whole iteration (
 backward, optimizer, the script's own code); in an inference loop, one call and what follows it.
 Its key is the anchor and a size class of the anchor call's tensor arguments (per argument, the bit
 length of its element count: roughly per batch size and sequence length, a bounded number of
-classes). A script with no region (no Cell call, no backward pass) has sync-anchored steps until a
+classes; past 4 tensor arguments, their number and the class of their total: `dispatch._size_classes`;
+at most MAX_KEYS keys, the least recently decided evicted first). A script with no region (no Cell call, no backward pass) has sync-anchored steps until a
 region starts: from the first op after a sync point outside any region to the first such sync
 point `dispatch.MIN_SYNC_STEP_S` later, keyed by that op's name and its arguments' size classes and
 timed per sync point (`StepGate.sync_point`, `StepGate.first_op`). This class sees keys and times
