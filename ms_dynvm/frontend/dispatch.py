@@ -191,6 +191,10 @@ class StepGate:
         self.step = None  # the step being run: (key, perf_counter at its start, under the VM, tier 1's probes)
         self.bare_syncs = 0
         self.step_syncs = 0  # sync points in the sync-anchored step being run
+        # The last sync-anchored step ran bare: a VM step right after one is no measurement (it
+        # starts with the recorder's Program dropped, a cost a run of VM steps does not have).
+        self.last_bare = False
+        self.unmeasured = False  # the sync-anchored step being run is such a step
 
     def region_start(self, owner, args, backward: bool = False) -> None:
         """An outermost Cell call (`owner` the Cell) or backward pass (`owner` the differentiated
@@ -274,7 +278,8 @@ class StepGate:
                 elapsed = _perf() - step[1]
                 if elapsed < MIN_SYNC_STEP_S:
                     return  # the step goes on past this sync point (see MIN_SYNC_STEP_S)
-                self._record(t1, step, elapsed / self.step_syncs)
+                if not self.unmeasured:
+                    self._record(t1, step, elapsed / self.step_syncs)
             self.step = None
             if self.bare:
                 self._to_vm()
@@ -311,6 +316,8 @@ class StepGate:
             METRICS.step_calls["vm" if vm else "bare"] += 1
             self.step = (key, start, vm, t1.probes)
             self.step_syncs = 0
+            self.unmeasured = vm and self.last_bare
+            self.last_bare = not vm
             return not vm
         except Exception as e:  # noqa: BLE001
             self.step = None

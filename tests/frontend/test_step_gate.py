@@ -533,3 +533,20 @@ def test_keys_of_many_tensor_arguments_are_compact():
     assert dispatch._size_classes((many, 0)) == ("many", 6, (27 * 3).bit_length())
     other = [ms.Tensor(np.ones((n, 3), np.float32)) for n in (3, 3, 9, 4, 6, 2)]
     assert dispatch._size_classes((other,)) == dispatch._size_classes((many,))
+
+
+def test_a_sync_anchored_vm_step_right_after_a_bare_one_is_no_sample(monkeypatch, _clean):
+    """It starts with the recorder's Program dropped (the bare step dropped it), a cost that a run of
+    VM steps does not pay: measuring it would bias the switch toward bare."""
+    monkeypatch.setattr(dispatch, "MIN_SYNC_STEP_S", 0.0)
+    ways = [True, False, True, True, False, False, True]
+    made = _script(monkeypatch, ways)
+    recorded = []
+    monkeypatch.setattr(StepSwitch, "record", lambda self, key, seconds, vm, *a: recorded.append(vm))
+    ms_dynvm.enable(step_switch=True)
+    for x, m in _plain_inputs(9, [3] * (len(ways) + 2)):
+        _plain(x, m).asnumpy()
+    assert made == ways + [True]  # (8 steps: the first call has none; then the script's default, VM)
+    # Every step is recorded at the next call's sync point, except the VM steps that follow a bare
+    # one (the 3rd and the 7th).
+    assert recorded == [True, False, True, False, False, True]
