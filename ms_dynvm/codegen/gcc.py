@@ -7,7 +7,7 @@ loads a stale binary. A missing gcc or a failed compile raises `CodegenError` ca
 the caller falls back to eager execution. `CompilerUnavailable` (a CodegenError) means no compiler
 runs at all: none on PATH, one that ran past its time limit once (it is not run again in the
 process), or the interpreter exiting (running compiles are killed then, so exit does not wait for
-a background compile). `warn_once` keeps that to one warning per process.
+a background compile). Its callers warn about it once per process (`ms_dynvm.warn.warn_once`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import warnings
 
 import concurrent.futures.thread  # noqa: F401 - its exit hook (joins pool threads) must register first
 
@@ -31,20 +30,6 @@ class CompilerUnavailable(CodegenError):
     """No C compiler to run: `GCC` is not on PATH or not executable, it hung once in this process
     (a compile ran past its timeout: it is not run again), or the interpreter is exiting."""
 
-
-_WARNED: set = set()
-_WARN_LOCK = threading.Lock()
-
-
-def warn_once(key: str, message: str, stacklevel: int = 3) -> bool:
-    """Warn `message` (RuntimeWarning) unless a warning of `key` was given in this process: one
-    missing compiler is one warning, however many parts of ms_dynvm find it missing."""
-    with _WARN_LOCK:
-        if key in _WARNED:
-            return False
-        _WARNED.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
-    return True
 
 GCC = os.environ.get("DYNVM_CC", "gcc")
 COMPILE_TIMEOUT_S = 60  # a kernel that takes longer is a fallback, not a wait (and gcc is not run again)

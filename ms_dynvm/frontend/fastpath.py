@@ -78,11 +78,12 @@ def load():
                                      _load_bytes)
         except Exception as e:  # noqa: BLE001 - no C hot path is a slower recorder, not an error
             from ms_dynvm.codegen import gcc
+            from ms_dynvm.warn import warn_once
 
             if isinstance(e, gcc.CompilerUnavailable):  # (tier 1 finds it missing too: one warning)
-                gcc.warn_once("no-compiler", f"ms_dynvm: no C compiler ({str(e)[:300]}): the recorder's C hot "
-                              "path is unavailable (recording in Python) and fused groups run eagerly",
-                              stacklevel=4)
+                warn_once("no-compiler", f"ms_dynvm: no C compiler ({str(e)[:300]}): the recorder's C hot "
+                          "path is unavailable (recording in Python) and fused groups run eagerly",
+                          stacklevel=3)
             else:
                 warnings.warn(f"ms_dynvm: the recorder's C hot path is unavailable ({type(e).__name__}: "
                               f"{str(e)[:300]}); recording in Python", RuntimeWarning, stacklevel=3)

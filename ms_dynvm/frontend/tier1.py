@@ -1409,10 +1409,11 @@ class Tier1:
         METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
         if not self._warned:
             from ms_dynvm.codegen import gcc
+            from ms_dynvm.warn import warn_once
 
             if isinstance(e, gcc.CompilerUnavailable):  # one warning per process, the hot path's or this
-                gcc.warn_once("no-compiler", f"ms_dynvm: no C compiler ({e}): compiling a fused group failed, "
-                              "fused groups run eagerly", stacklevel=4)
+                warn_once("no-compiler", f"ms_dynvm: no C compiler ({e}): compiling a fused group failed, "
+                          "fused groups run eagerly", stacklevel=3)
             else:
                 warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
                               RuntimeWarning, stacklevel=3)

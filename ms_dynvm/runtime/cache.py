@@ -35,9 +35,10 @@ import struct
 import tempfile
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+
+from ms_dynvm.warn import warn_once
 
 MAGIC = b"DVMKC001"
 _HEADER = struct.Struct("<8s32sQ")  # magic, sha256(body), len(body)
@@ -97,8 +98,9 @@ class KernelCache:
                 # to a directory that is unusable or that others could write kernels into.
                 self.disk = False
                 self.disk_problem = problem
-                _warn_once(f"ms_dynvm: kernel cache directory {self.directory!r} {problem}; kernels are "
-                           f"cached in memory only (set DYNVM_CACHE_DIR to a private directory)")
+                warn_once(f"cache-dir:{self.directory}:{problem}",
+                          f"ms_dynvm: kernel cache directory {self.directory!r} {problem}; kernels are "
+                          f"cached in memory only (set DYNVM_CACHE_DIR to a private directory)", stacklevel=3)
 
     # --- public API -----------------------------------------------------------------------------
     def stats(self) -> dict:
@@ -248,15 +250,6 @@ def _prepare_dir(d: str) -> str | None:
     if not os.access(d, os.W_OK | os.X_OK):
         return "is not writable"
     return None
-
-
-_WARNED: set = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 _DEFAULT: KernelCache | None = None

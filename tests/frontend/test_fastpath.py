@@ -103,10 +103,11 @@ def test_no_compiler_at_all_is_one_warning_for_the_hot_path_and_tier_1(monkeypat
     import warnings
 
     from ms_dynvm.frontend import dispatch
+    from ms_dynvm import warn as warn_mod
     from ms_dynvm.runtime import cache as cache_mod
 
     monkeypatch.setattr(gcc, "GCC", "no-such-cc-dvm")
-    monkeypatch.setattr(gcc, "_WARNED", set())
+    monkeypatch.setattr(warn_mod, "_WARNED", set())
     monkeypatch.setattr(fastpath, "_state", {})
     monkeypatch.setattr(cache_mod, "_DEFAULT", None)
     monkeypatch.setenv("DYNVM_CACHE_DIR", str(tmp_path / "kc"))  # nothing cached: every kernel is a build

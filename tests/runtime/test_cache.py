@@ -178,9 +178,9 @@ def test_disk_round_trip_in_a_second_process(tmp_path):
 def test_an_existing_shared_directory_is_not_chmoded_nor_used(tmp_path, monkeypatch):
     import warnings
 
-    from ms_dynvm.runtime import cache as cache_mod
+    from ms_dynvm import warn as warn_mod
 
-    monkeypatch.setattr(cache_mod, "_WARNED", set())
+    monkeypatch.setattr(warn_mod, "_WARNED", set())
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)  # like /tmp
@@ -198,9 +198,9 @@ def test_an_existing_shared_directory_is_not_chmoded_nor_used(tmp_path, monkeypa
 
 
 def test_an_unusable_directory_keeps_the_cache_in_memory(tmp_path, monkeypatch):
-    from ms_dynvm.runtime import cache as cache_mod
+    from ms_dynvm import warn as warn_mod
 
-    monkeypatch.setattr(cache_mod, "_WARNED", set())
+    monkeypatch.setattr(warn_mod, "_WARNED", set())
     a_file = tmp_path / "f"
     a_file.write_text("x")
     for d, why in ((a_file, "not a directory"), (a_file / "sub", "cannot be created")):
