@@ -27,11 +27,9 @@ from __future__ import annotations
 import functools
 import threading
 
-from mindspore import Tensor, nn
+from mindspore import Parameter, Tensor, nn
 
 from ms_dynvm.frontend.recorder import tag_parameters
-
-from mindspore import Parameter
 
 try:  # MindSpore 2.9+ moved it; the old path still works with a deprecation warning.
     from mindspore.graph.api import _PyNativeExecutor
@@ -100,20 +98,9 @@ class Hooks:
                 return sync_hook
             self._patch(Tensor, name, make)
 
-        def make_setitem(orig):
-            def setitem_hook(self, key, value):
-                # (Inside a bare region too: the tensor may carry a tag or a token of before it.)
-                if threading.get_ident() == me:
-                    _safe(rec, "__setitem__", rec.sync, "__setitem__")
-                    out = orig(self, key, value)
-                    _safe(rec, "__setitem__", rec.forget, self)
-                    return out
-                return orig(self, key, value)
-            return setitem_hook
-        self._patch(Tensor, "__setitem__", make_setitem)
-
-        # Writes MindSpore does not dispatch: like __setitem__, a sync point (a fused group being
-        # served stops there: its kernel read the old value), then the tensor's value is new.
+        # Writes MindSpore does not dispatch (setitem, assign_value, set_data): a sync point (a fused
+        # group being served stops there: its kernel read the old value), then the tensor's value is
+        # new. (Inside a bare step too: the tensor may carry a tag or a token of before it.)
         def make_writer(orig, reason):
             def writer_hook(self, *a, **k):
                 if threading.get_ident() == me:
@@ -123,8 +110,8 @@ class Hooks:
                     return out
                 return orig(self, *a, **k)
             return writer_hook
-        self._patch(Tensor, "assign_value", lambda orig: make_writer(orig, "assign_value"))
-        self._patch(Parameter, "set_data", lambda orig: make_writer(orig, "set_data"))
+        for owner, name in ((Tensor, "__setitem__"), (Tensor, "assign_value"), (Parameter, "set_data")):
+            self._patch(owner, name, lambda orig, reason=name: make_writer(orig, reason))
 
         # A jit function or Cell (nn optimizers' construct is one) runs as a graph: none of its ops
         # is dispatched, and it may update its inputs in place (an optimizer's Parameters). A sync
