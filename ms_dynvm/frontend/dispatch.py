@@ -196,15 +196,28 @@ class StepGate:
         self.last_bare = False
         self.unmeasured = False  # the sync-anchored step being run is such a step
 
+    def _switching(self) -> bool:
+        """Steps are switched at all: with jit, the option on, outside `ms_dynvm.record()`."""
+        opts = _S.options
+        return self.mode.tier1 is not None and self.mode.serving and opts is not None and opts.step_switch
+
+    def _failed(self, e: Exception) -> None:
+        """The gate's own bookkeeping failed: counted (`record_errors`), the step unmeasured, the VM
+        put back; never raised into the script."""
+        self.step = None
+        self.mode.step_next = False
+        self.mode.recorder.on_error("step", e)
+        if self.bare:
+            self._to_vm()
+
     def region_start(self, owner, args, backward: bool = False) -> None:
         """An outermost Cell call (`owner` the Cell) or backward pass (`owner` the differentiated
         function or Cell, `backward`) with these arguments is starting."""
         mode = self.mode
         t1 = mode.tier1
-        opts = _S.options
         self.bare_syncs = 0  # (the script is still in its loop)
         try:
-            if t1 is None or not mode.serving or opts is None or not opts.step_switch:
+            if not self._switching():
                 if self.bare:
                     self._to_vm()
                 self.step = None
@@ -246,10 +259,7 @@ class StepGate:
             METRICS.step_calls["vm" if vm else "bare"] += 1
             self.step = (key, _perf(), vm, t1.probes)
         except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
-            self.step = None
-            mode.recorder.on_error("step", e)
-            if self.bare:
-                self._to_vm()
+            self._failed(e)
 
     def bare_sync(self) -> None:
         """A sync point while bare, outside any region (the hooks call it at depth 0 only): after
@@ -283,15 +293,9 @@ class StepGate:
             self.step = None
             if self.bare:
                 self._to_vm()
-            opts = _S.options
-            mode.step_next = (t1 is not None and opts is not None and opts.step_switch
-                              and self.anchor is None and not self.bare)
+            mode.step_next = self.anchor is None and not self.bare and self._switching()
         except Exception as e:  # noqa: BLE001 - ms_dynvm's bookkeeping never breaks the script
-            self.step = None
-            mode.step_next = False
-            mode.recorder.on_error("step", e)
-            if self.bare:
-                self._to_vm()
+            self._failed(e)
 
     def first_op(self, name: str, args) -> bool:
         """The first op after a sync point (see `sync_point`) starts a step keyed by the op's name and
@@ -300,11 +304,9 @@ class StepGate:
         mode = self.mode
         mode.step_next = False
         try:
-            t1 = mode.tier1
-            opts = _S.options
-            if (t1 is None or not mode.serving or opts is None or not opts.step_switch
-                    or self.anchor is not None or self.depth or self.bare):
+            if self.anchor is not None or self.depth or self.bare or not self._switching():
                 return False
+            t1 = mode.tier1
             start = _perf()
             group = ("sync", name)
             key = (group, _size_classes(args))
@@ -320,10 +322,7 @@ class StepGate:
             self.last_bare = not vm
             return not vm
         except Exception as e:  # noqa: BLE001
-            self.step = None
-            mode.recorder.on_error("step", e)
-            if self.bare:
-                self._to_vm()
+            self._failed(e)
             return False
 
     @staticmethod
