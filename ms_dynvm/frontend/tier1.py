@@ -440,9 +440,11 @@ class RunTemplate:
         # through the view and keeps its copy out of memory).
         self.kernel_out, n = [], 0
         for st in self.steps:
-            for _ in range(st.n_out):
-                self.kernel_out.append(None if st.view else n)
-                n += 0 if st.view else 1
+            if st.view:
+                self.kernel_out += [None] * st.n_out
+            else:
+                self.kernel_out += range(n, n + st.n_out)
+                n += st.n_out
         # Every result carries its token when it is handed back (the tensor the user gets is a
         # copy of the handler's, made with its user data at that moment, so a tag put on the
         # handler's tensor later would not reach it): a later run finds it by that token
@@ -848,11 +850,8 @@ class Tier1:
         off = base + t.n_ext
         if t.view_steps:  # all results in order, None for the views' (see RunTemplate.kernel_out)
             outs = [None if k is None else outs[k] for k in t.kernel_out]
-            for k, o in enumerate(outs):
-                if o is not None:
-                    o._set_user_data(_T1KEY, off + k)
-        else:
-            for k, o in enumerate(outs):
+        for k, o in enumerate(outs):
+            if o is not None:
                 o._set_user_data(_T1KEY, off + k)
         grouped = [tuple(outs[i:i + n]) for i, n in t.out_pos]
         rets = [outs[i] if n == 1 else g for (i, n), g in zip(t.out_pos, grouped)]
@@ -1089,26 +1088,23 @@ class Tier1:
             st.failed = True
             METRICS.fallbacks["tier1: too many shapes for a static group"] += 1
             return
+        fn = None
         if self.opts.compile_policy == "threshold":
             hot = st.calls >= self.opts.compile_threshold
         else:
-            fn = None
             cached = False
             if st.calls >= self.cost.threshold and not st.compiled:
                 # A kernel already in the cache (a warm disk cache: an earlier process) costs a load,
-                # not a compile: the cost model promotes it at the threshold. Looked up once per
-                # signature (it renders the kernel's source for the key).
+                # not a compile, in the cost model. Looked up once per signature (it renders the
+                # kernel's source for the key).
                 cached = t.on_disk.get(sig)
                 if cached is None:
                     fn = self._function(run, t.sized_operands, t.kernel_out)
                     cached = t.on_disk[sig] = self._cached(t, sig, fn)
             hot = self.cost.should_compile(st, len(t.steps), cached=cached, background=self.opts.compile_async)
-            if hot and fn is not None:
-                self._compile(t, sig, fn)
-                return
         if hot:
             # Generalise the function of THIS call: the signature's symbols group this call's dims.
-            self._compile(t, sig, self._function(run, t.sized_operands, t.kernel_out))
+            self._compile(t, sig, fn or self._function(run, t.sized_operands, t.kernel_out))
 
     @staticmethod
     def _body(run: _OpenRun) -> list:
@@ -1340,8 +1336,7 @@ class Tier1:
         try:
             # (`generalize` without its side effects: a group that cannot be generalised is only
             # frozen, and counted, by the compile itself)
-            marks = {(r, axis): d for r, (_, _, dims) in zip(fn.params, sig.inputs)
-                     for axis, d in enumerate(dims) if isinstance(d, str)}
+            marks = _symbol_marks(fn, sig)
             gfn = _generalize(fn, marks) if marks else fn
             key = codegen.kernel.kernel_key(gfn, strict_ieee=self.opts.strict_ieee,
                                             fast_math=self.opts.fast_math)[0]
@@ -1626,6 +1621,12 @@ def _vm_dtype(t) -> str:
     return vm_dtype(t.dtype)
 
 
+def _symbol_marks(fn: Function, sig) -> dict:
+    """(param register, axis) -> symbol name, for every dim the signature `sig` makes symbolic."""
+    return {(r, axis): d for r, (_, _, dims) in zip(fn.params, sig.inputs)
+            for axis, d in enumerate(dims) if isinstance(d, str)}
+
+
 def generalize(fn: Function, sig, family: ShapeFamily):
     """(`fn` with the signature's symbols in its param dims and every result type re-inferred, sig).
     When the shape rules cannot express a result symbolically (e.g. a reshape whose target size is
@@ -1635,13 +1636,8 @@ def generalize(fn: Function, sig, family: ShapeFamily):
 
     if not sig.symbols():
         return fn, sig
-    marks = {}
-    for r, (_, _, dims) in zip(fn.params, sig.inputs):
-        for axis, d in enumerate(dims):
-            if isinstance(d, str):
-                marks[(r, axis)] = d
     try:
-        return _generalize(fn, marks), sig
+        return _generalize(fn, _symbol_marks(fn, sig)), sig
     except GeneralizeError:
         METRICS.fallbacks["tier1: kept static (not generalisable)"] += 1
         family.frozen = True
