@@ -7,6 +7,7 @@ one sync point (here each call's `asnumpy()`) to the next at least `dispatch.MIN
   adds recording and run tracking to MindSpore's own time;
 - chain:        tanh(relu(exp(x*0.5-1)*m + x) - 0.25) on [B,784] (B in 16..128);
 - softmax:      softmax(x + (1-m)*-1e4, -1) on [4B,S] (B in 4..32, S in 32..256).
+(The chain and the softmax are bench_tier1.py's: `profiling/workloads.issue_loops`.)
 Sides, in one process, interleaved (the order alternates every round), blocking mode:
 - eager:    MindSpore alone;
 - vm-only:  `enable(step_switch=False, compile_policy="threshold")`: every call under the VM;
@@ -48,29 +49,16 @@ def main() -> int:
     def small_matmul(x, m):
         return ops.cumsum(ops.matmul(x, m.T), 1)
 
-    def chain(x, m):
-        return ops.tanh(ops.relu(ops.exp(x * 0.5 - 1.0) * m + x) - 0.25)
-
-    def softmax(x, m):
-        return ops.softmax(x + (1.0 - m) * -1e4, -1)
-
     def small_inputs():
         b = int(rng.integers(2, 9))
         return (ms.Tensor(rng.standard_normal((b, 16)).astype(np.float32)),
                 ms.Tensor(rng.standard_normal((b, 16)).astype(np.float32)))
 
-    def chain_inputs():
-        b = int(rng.integers(16, 129))
-        return (ms.Tensor(rng.standard_normal((b, 784)).astype(np.float32)),
-                ms.Tensor((rng.random((b, 784)) > 0.3).astype(np.float32)))
+    from profiling.workloads import issue_loops
 
-    def softmax_inputs():
-        b, s = int(rng.integers(4, 33)), int(rng.integers(32, 257))
-        return (ms.Tensor(rng.standard_normal((4 * b, s)).astype(np.float32)),
-                ms.Tensor((rng.random((4 * b, s)) > 0.3).astype(np.float32)))
-
-    cases = {"small-matmul": (small_matmul, small_inputs), "chain": (chain, chain_inputs),
-             "softmax": (softmax, softmax_inputs)}
+    loops = issue_loops(rng)  # the chain and the masked softmax of bench_tier1.py
+    cases = {"small-matmul": (small_matmul, small_inputs), "chain": loops["chain"][:2],
+             "softmax": loops["softmax"][:2]}
     # compile_policy="threshold": the groups are compiled during the warm-up (the default cost policy
     # compiles the chain's groups only after ~170 calls with background compiles), so the switch
     # decides with the fused groups in place.

@@ -205,3 +205,42 @@ WORKLOADS = {
     "layernorm_gelu": make_layernorm_gelu,
     "gnn": make_gnn,
 }
+
+
+def issue_loops(rng) -> dict:
+    """The CPU JIT issue's three benchmark loops, sizes drawn from `rng` on every call:
+    name -> (fn, make_inputs, shapes text). Shared by bench_tier1.py and bench_plain_loop.py, so
+    that both measure the same workloads."""
+    ms = _ms()
+    from mindspore import nn, ops
+
+    def chain(x, m):
+        return ops.tanh(ops.relu(ops.exp(x * 0.5 - 1.0) * m + x) - 0.25)
+
+    def masked_softmax(x, m):
+        return ops.softmax(x + (1.0 - m) * -1e4, -1)
+
+    ln = nn.LayerNorm((128,), epsilon=1e-5)
+
+    def lngelu(x):
+        return ops.gelu(ln(x), approximate="none")
+
+    def chain_inputs():
+        b = int(rng.integers(16, 129))
+        x = rng.standard_normal((b, 784)).astype(np.float32)
+        m = (rng.random((b, 784)) > 0.3).astype(np.float32)
+        return (ms.Tensor(x), ms.Tensor(m))
+
+    def softmax_inputs():
+        b, s = int(rng.integers(4, 33)), int(rng.integers(32, 257))
+        x = rng.standard_normal((4 * b, s)).astype(np.float32)
+        m = (rng.random((4 * b, s)) > 0.2).astype(np.float32)
+        return (ms.Tensor(x), ms.Tensor(m))
+
+    def lngelu_inputs():
+        b, s = int(rng.integers(2, 9)), int(rng.integers(16, 129))
+        return (ms.Tensor(rng.standard_normal((b, s, 128)).astype(np.float32)),)
+
+    return {"chain": (chain, chain_inputs, "[B,784], B in 16..128"),
+            "softmax": (masked_softmax, softmax_inputs, "[4B,S], B in 4..32, S in 32..256"),
+            "lngelu": (lngelu, lngelu_inputs, "[B,S,128], B in 2..8, S in 16..128")}
