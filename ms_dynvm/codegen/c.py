@@ -241,8 +241,9 @@ def c_op(op: Op, ct: str) -> str:
         return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
     if ct != "f32":
         raise ValueError(f"op {fn} on {ct}")
-    if fn in ("exp", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "erfc", "gelu_erf",
-              "gelu_tanh", "mish"):
+    if fn in ("exp", "tanh", "mish"):  # MindSpore's formulas or ours: the kernel's head says (eager_math)
+        return f"dvm_{fn}_op({x})"
+    if fn in ("expm1", "log", "log1p", "log2", "sigmoid", "erf", "erfc", "gelu_erf", "gelu_tanh"):
         return f"dvm_{fn}({x})"
     if fn == "silu":
         return f"({x} * dvm_sigmoid({x}))"
@@ -358,10 +359,12 @@ def _combine(kind: str, acc: str, v: str) -> str:
 
 
 class CRenderer:
-    def __init__(self, spec: KernelSpec, strict_ieee: bool = False, fast_math: bool = False):
+    def __init__(self, spec: KernelSpec, strict_ieee: bool = False, fast_math: bool = False,
+                 eager_math: bool = True):
         self.spec = spec
         self.strict = strict_ieee
         self.fast = fast_math
+        self.eager = eager_math
         self.lines: list[str] = []
         self.depth = 0
 
@@ -383,6 +386,8 @@ class CRenderer:
         if self.fast:
             head.append("#define DVM_FAST 1")
         head.append(cmath.STRICT_C if self.strict else cmath.MATH_C)
+        for f in ("exp", "tanh", "mish"):  # the ops exp, tanh, mish (see cmath._EAGER_C)
+            head.append(f"#define dvm_{f}_op dvm_{f}{'_ms' if self.eager else ''}")
         head.append(_HELPERS)
         self.open("void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)")
         for k, name in enumerate(spec.syms):
@@ -534,9 +539,11 @@ class CRenderer:
         self.close()
 
 
-def render(spec: KernelSpec, *, strict_ieee: bool = False, fast_math: bool = False) -> str:
-    """C99 source of `spec` (see the module doc for the entry point's signature)."""
-    return CRenderer(spec, strict_ieee, fast_math).render()
+def render(spec: KernelSpec, *, strict_ieee: bool = False, fast_math: bool = False,
+           eager_math: bool = True) -> str:
+    """C99 source of `spec` (see the module doc for the entry point's signature). `eager_math`: the
+    ops exp, tanh and mish follow MindSpore CPU's formulas (cmath._EAGER_C), else ms_dynvm's."""
+    return CRenderer(spec, strict_ieee, fast_math, eager_math).render()
 
 
 __all__ = ["LANES", "OMP_THRESHOLD", "render", "c_op", "c_type", "storage_type"]

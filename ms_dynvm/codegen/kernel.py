@@ -57,7 +57,7 @@ def supports(fn) -> tuple[bool, str]:
     return True, ""
 
 
-def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False) -> tuple:
+def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_math: bool = True) -> tuple:
     """(cache key, spec, C source, gcc flags) of group `fn`: what `compile_group` builds and looks up
     (no gcc run; CodegenError where unsupported, CompilerUnavailable without a compiler)."""
     from ms_dynvm import __version__
@@ -65,7 +65,7 @@ def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False) -> tup
 
     spec = lower(fn)
     try:
-        source = c_backend.render(spec, strict_ieee=strict_ieee, fast_math=fast_math)
+        source = c_backend.render(spec, strict_ieee=strict_ieee, fast_math=fast_math, eager_math=eager_math)
     except ValueError as e:
         raise CodegenError(f"C rendering: {e}") from e
     flags = gcc.flags(strict_ieee=strict_ieee, fast_math=fast_math)
@@ -80,11 +80,13 @@ def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False) -> tup
     return key, spec, source, flags
 
 
-def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, cache=None) -> "CompiledKernel":
+def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_math: bool = True,
+                  cache=None) -> "CompiledKernel":
     """Compile fusion group `fn` for the CPU; raises CodegenError if unsupported or if gcc fails."""
     from ms_dynvm.runtime.cache import default_cache
 
-    key, spec, source, flags = kernel_key(fn, strict_ieee=strict_ieee, fast_math=fast_math)
+    key, spec, source, flags = kernel_key(fn, strict_ieee=strict_ieee, fast_math=fast_math,
+                                          eager_math=eager_math)
     cache = default_cache() if cache is None else cache
     lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
     return CompiledKernel(spec, source, key, lib, fn)

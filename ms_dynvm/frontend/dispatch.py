@@ -413,7 +413,7 @@ def enable(**options) -> None:
             _S.atexit_registered = True
 
 
-_TIER1_OPTS = ("strict_ieee", "fast_math", "compile_threshold", "compile_policy", "compile_async", "kernel_threads",
+_TIER1_OPTS = ("strict_ieee", "fast_math", "eager_math", "compile_threshold", "compile_policy", "compile_async", "kernel_threads",
                "pool_results", "pool_soft_cap_mb", "pool_heap_trim_mb")
 _tier1_by_opts: dict = {}
 

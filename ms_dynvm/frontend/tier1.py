@@ -1339,7 +1339,8 @@ class Tier1:
             marks = _symbol_marks(fn, sig)
             gfn = _generalize(fn, marks) if marks else fn
             key = codegen.kernel.kernel_key(gfn, strict_ieee=self.opts.strict_ieee,
-                                            fast_math=self.opts.fast_math)[0]
+                                            fast_math=self.opts.fast_math,
+                                            eager_math=self.opts.eager_math)[0]
             return default_cache().has(key)
         except Exception:  # noqa: BLE001 - a guess for the cost model, never an error
             return False
@@ -1373,7 +1374,7 @@ class Tier1:
         from ms_dynvm.runtime.cache import default_cache
 
         cache = default_cache()
-        job = (fn, cache, self.opts.strict_ieee, self.opts.fast_math)
+        job = (fn, cache, self.opts.strict_ieee, self.opts.fast_math, self.opts.eager_math)
         if self.opts.compile_async:
             # Tier-up: gcc runs on a background thread while the group keeps running eagerly; the
             # kernel is installed at the group's next recorded run after it is ready (`_poll`).
@@ -1433,14 +1434,15 @@ class Tier1:
             lst.append(t)
 
 
-def _build(fn: Function, cache, strict_ieee: bool, fast_math: bool):
+def _build(fn: Function, cache, strict_ieee: bool, fast_math: bool, eager_math: bool = True):
     """(kernel, seconds, gcc runs, disk-cache loads) for group `fn`; on the compile thread or not.
     (One compile thread: the cache's counters move for this build only.)"""
     from ms_dynvm import codegen
 
     before = cache.stats()
     t0 = time.perf_counter()
-    kernel = codegen.compile_group(fn, strict_ieee=strict_ieee, fast_math=fast_math, cache=cache)
+    kernel = codegen.compile_group(fn, strict_ieee=strict_ieee, fast_math=fast_math, eager_math=eager_math,
+                                   cache=cache)
     dt = time.perf_counter() - t0
     after = cache.stats()
     return (kernel, dt, after.get("compiles", 0) - before.get("compiles", 0),

@@ -258,11 +258,61 @@ def _softplus(x, beta: float, threshold: float):
     return np.where(z > threshold, x, np.logaddexp(0.0, z) / beta)
 
 
+# MindSpore 2.10's CPU kernels compute float32 exp, tanh and mish with their own formulas, which
+# differ from the true functions by more than 1e-5 in places (exp: up to 2e-5 relative for |x| > 38,
+# its reduction constant ln2 being rounded to 0.693147; tanh: a (7, 6) Pade approximant, 1.0000098 at
+# x = 5 and +-1 beyond; mish: NaN above x = 44.36, where (1 + e^x)^2 overflows). These are eager's
+# semantics, so the reference follows them in float32, in float32 steps (a fused multiply-add as one
+# rounding of the float64 value: exact product, the sum rounded twice, which can differ from one
+# rounding in the last bit); the kernels do the same (codegen/cmath._EAGER_C, `eager_math`).
+_F32 = np.float32
+
+
+def _fma32(a, b, c):
+    return (a.astype(F64) * b + c).astype(_F32)
+
+
+def _exp_ms(x):
+    with np.errstate(all="ignore"):
+        xc = np.clip(np.where(np.isnan(x), _F32(0), x), _F32(-87.3365478515625), _F32(88.72283935546875))
+        t = xc * _F32(1.44269504088896341)
+        t = np.where(xc > 0, t + _F32(0.5), t - _F32(0.5))
+        k = t.astype(np.int32)
+        d = _fma32(-k.astype(_F32), _F32(0.693147), xc)
+        p = _fma32(d, _F32(1.0) / _F32(120.0), _F32(1.0) / _F32(24.0))
+        for c in (_F32(1.0) / _F32(6.0), _F32(0.5), _F32(1.0), _F32(1.0)):
+            p = _fma32(d, p, c)
+        r = (_F32(2.0) * p) * ((k + 126).astype(np.uint32) << np.uint32(23)).view(_F32)
+    return np.where(np.isnan(x), x, r).astype(_F32)
+
+
+def _tanh_ms(x):
+    with np.errstate(all="ignore"):
+        s = x * x
+        a = _fma32(_fma32(s + _F32(378.0), s, _F32(17325.0)), s, _F32(135135.0)) * x
+        b = _fma32(_fma32(_fma32(_F32(28.0), s, _F32(3150.0)), s, _F32(62370.0)), s, _F32(135135.0))
+        r = a / b
+    return np.where(x > 5, _F32(1.0), np.where(x < -5, _F32(-1.0), r)).astype(_F32)
+
+
+def _mish_ms(x):
+    with np.errstate(all="ignore"):
+        u = _F32(1.0) + _exp_ms(x)
+        q = u * u
+        return (x * ((q - _F32(1.0)) / (q + _F32(1.0)))).astype(_F32)
+
+
+_MS_F32 = {"exp": _exp_ms, "tanh": _tanh_ms, "mish": _mish_ms}
+
+
 @_impl(*_FLOAT_FNS)
 def _float_unary(op, args, attrs):
-    """Float-valued unary ops: computed in float64 from x cast to the result dtype."""
+    """Float-valued unary ops: computed in float64 from x cast to the result dtype (float32 exp, tanh
+    and mish: MindSpore's formulas, above)."""
     x = args[0]
     out = _floaty(x.dtype)
+    if out == np.float32 and op in _MS_F32:
+        return _MS_F32[op](np.asarray(x.astype(_F32)))
     return _FLOAT_FNS[op](_wide(x.astype(out)), attrs).astype(out)
 
 

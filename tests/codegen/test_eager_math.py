@@ -1,0 +1,101 @@
+"""`eager_math` (the default): the ops exp, tanh and mish in kernels follow MindSpore 2.10 CPU's own
+formulas, so a fused result is what eager gives, not the true function (MindSpore's exp errs by up to
+2e-5 relative above |x| = 38, its tanh by up to 1e-4 near |x| = 5 and is +-1 past 5, its mish is NaN
+above x = 44.36). Kernels are compared with MindSpore eager itself (at a size MindSpore runs on its
+vector path and thread pool) and with the reference interpreter, which follows the same formulas;
+`eager_math=False` gives ms_dynvm's own functions (their accuracy: test_math_accuracy.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ms_dynvm.codegen import compile_group
+from ms_dynvm.runtime import interpreter
+from ms_dynvm.runtime.cache import KernelCache
+from tests.codegen.groups import B, G
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 5.0, -5.0, 5.0000005, 38.9, 44.36, 44.3615, 88.72283935546875,
+                    88.7229, -87.3365478515625, -87.34, -104.0, 1e30, -1e30, 3.87, -4.9994316], np.float32)
+
+
+def _inputs() -> np.ndarray:
+    bits = np.arange(0, 2**32, 65537, dtype=np.uint64).astype(np.uint32)  # every binade, subnormals too
+    x = np.concatenate([bits.view(np.float32), np.linspace(-100, 100, 200001, dtype=np.float32), SPECIAL])
+    return np.resize(x, (x.size // 64 + 1) * 64)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return KernelCache(str(tmp_path_factory.mktemp("kcache")))
+
+
+def _kernel(op: str, cache, eager_math: bool):
+    g = G()
+    g.op(op, g.param("f32", (B,)))
+    return compile_group(g.fn(), cache=cache, eager_math=eager_math)
+
+
+def _compare(y: np.ndarray, ref: np.ndarray):
+    """(share of bit-identical results (NaN = NaN), number outside rtol 1e-5 / atol 1e-6)."""
+    same = (y.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(y) & np.isnan(ref))
+    with np.errstate(all="ignore"):
+        close = np.isclose(y, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
+    return float(same.mean()), int((~close).sum())
+
+
+def _eager(op: str, x: np.ndarray) -> np.ndarray:
+    ms = pytest.importorskip("mindspore")
+    from mindspore import ops
+
+    ms.runtime.launch_blocking()
+    f = {"exp": ops.exp, "tanh": ops.tanh, "mish": ops.mish}[op]
+    return np.concatenate([f(ms.Tensor(c)).asnumpy() for c in np.array_split(x, 4)])
+
+
+# Measured share of bit-identical results against eager (the rest: subnormal results, which
+# MindSpore's thread pool flushes to zero, and last-bit differences of mish at tiny x).
+@pytest.mark.parametrize("op,bitwise", [("exp", 0.999), ("tanh", 0.99), ("mish", 0.93)])
+def test_fused_exp_tanh_mish_equal_eager(cache, op, bitwise):
+    x = _inputs()
+    y = _kernel(op, cache, True)([x])[0]
+    same, not_close = _compare(y, _eager(op, x))
+    assert not_close == 0 and same >= bitwise, (op, same, not_close)
+
+
+@pytest.mark.parametrize("op", ["exp", "tanh", "mish"])
+def test_the_interpreter_follows_the_same_formulas(cache, op):
+    x = _inputs()
+    y = _kernel(op, cache, True)([x])[0]
+    ref = interpreter._MS_F32[op](x)
+    same, not_close = _compare(y, ref)
+    assert not_close == 0 and same >= 0.999, (op, same, not_close)
+    same_eager, not_close_eager = _compare(ref, _eager(op, x))
+    assert not_close_eager == 0, (op, same_eager, not_close_eager)
+
+
+@pytest.mark.parametrize("op,x,eager,own", [
+    ("tanh", 5.0, 1.0000098, 0.9999092),   # MindSpore's Pade approximant at 5
+    ("tanh", 5.5, 1.0, 0.9999666),         # +-1 past 5
+    ("exp", 80.0, 5.540732e34, 5.5406224e34),  # ln2 rounded to 0.693147: 2e-5 relative at 80
+    ("mish", 50.0, np.nan, 50.0),          # (1 + e^x)^2 overflows
+])
+def test_eager_math_off_gives_the_true_functions(cache, op, x, eager, own):
+    a = np.full(8, x, np.float32)
+    y_eager = _kernel(op, cache, True)([a])[0][0]
+    y_own = _kernel(op, cache, False)([a])[0][0]
+    np.testing.assert_allclose(y_eager, eager, rtol=2e-6, equal_nan=True)
+    np.testing.assert_allclose(y_own, own, rtol=2e-6)
+    if op == "exp":
+        assert abs(y_eager / own - 1) > 1e-5  # the two really differ there
+
+
+def test_eager_math_is_part_of_the_kernel_key():
+    from ms_dynvm.codegen.kernel import kernel_key
+
+    g = G()
+    g.op("tanh", g.param("f32", (B,)))
+    fn = g.fn()
+    k_on, _, src_on, _ = kernel_key(fn, eager_math=True)
+    k_off, _, src_off, _ = kernel_key(fn, eager_math=False)
+    assert k_on != k_off and "dvm_tanh_ms" in src_on and "#define dvm_tanh_op dvm_tanh\n" in src_off
