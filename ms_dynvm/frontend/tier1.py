@@ -204,9 +204,23 @@ def _args_match(frozen: tuple, args) -> bool:
         elif isinstance(a, (list, tuple)):
             if not isinstance(f, tuple) or not _args_match(f, a):
                 return False
-        elif f != _freeze(a):
+        elif not _strict_eq(_freeze(a), f):
             return False
     return True
+
+
+def _strict_eq(a, f) -> bool:
+    """`a == f` for frozen arguments (`_freeze`), and of the same type at every level, and, for float
+    zeros, of the same sign: `x * 2` and `x * 2.0` (or `np.float64(2.0)`) give different result dtypes
+    and `x * 0.0` and `x * -0.0` different signs, though the values compare (and hash) equal. NaN never
+    equals (conservative: such an op is not served)."""
+    if type(a) is not type(f):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(f) and all(_strict_eq(x, y) for x, y in zip(a, f))
+    if isinstance(a, float):
+        return a == f and math.copysign(1.0, a) == math.copysign(1.0, f)
+    return a == f
 
 
 @dataclass(slots=True)
@@ -249,7 +263,7 @@ _FAIL_REASONS = {1: "op_mismatch", 2: "arity_mismatch", 3: "input_mismatch", 4: 
 
 
 def _slow_const_ne(a, f) -> bool:
-    return isinstance(a, Tensor) or _freeze(a) != f
+    return isinstance(a, Tensor) or not _strict_eq(_freeze(a), f)
 
 
 def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
@@ -271,7 +285,10 @@ def _make_matcher(plan: "_StepPlan", check_tokens: bool, n_ext: int = 0):
             ns[f"c{n}"] = f
             ns[f"k{n}"] = type(f)
             lines.append(f"    a = args[{i}]")
-            lines.append(f"    if not (type(a) is k{n} and a == c{n}) and _ne(a, c{n}): return 1")
+            if isinstance(f, float) and (f == 0 or f != f):  # the sign of a zero; NaN (see _strict_eq)
+                lines.append(f"    if _ne(a, c{n}): return 1")
+            else:  # (the same type and value: a fast yes; anything else decided by _strict_eq)
+                lines.append(f"    if not (type(a) is k{n} and a == c{n}) and _ne(a, c{n}): return 1")
         names = [f"t{k}" for k in range(len(plan.tpos))]
         for name, i in zip(names, plan.tpos):
             lines.append(f"    {name} = args[{i}]")

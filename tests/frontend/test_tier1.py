@@ -456,7 +456,7 @@ def test_generated_step_matchers_check_arguments_tokens_and_constants():
     assert m((x, t(1.0, np.float16), 1), 1000) == 4
     assert m((x, t([1.0]), 1), 1000) == 4  # not 0-d
     assert m((x, t(1.0), 2), 1000) == 1  # another alpha
-    assert m((x, t(1.0), True), 1000) != 1  # True == 1: the same key (step_key), as before
+    assert m((x, t(1.0), True), 1000) == 1  # True == 1 in Python, but another type: not served
     assert m((x, t(1.0)), 1000) == 1  # arity
     assert m((x, 1.0, 1), 1000) == 1  # a scalar where a tensor was
     zero = tier1._make_matcher(plan(("SubExt", ("<T>", "<T>", 1)), (7, (np.float32(0.0).tobytes(), "f32"))), True)
@@ -907,3 +907,31 @@ def test_the_cost_model_promotes_a_kernel_in_the_disk_cache_early(tmp_path, monk
     st = ms_dynvm.stats()
     assert st["groups_compiled"] > 0 and st["compiles"] == 0 and st["disk_cache_hits"] > 0, st
     assert st["fused_ops"] > 0
+
+
+@pytest.mark.parametrize("first,then", [(2, 2.0), (2.0, 2), (2, np.float64(2.0)), (2, True), (0.0, -0.0),
+                                        (-0.0, 0.0)])
+def test_a_scalar_of_another_type_or_zero_sign_is_not_served_the_recorded_one(ref_backend, first, then):
+    """2 == 2.0 == True and 0.0 == -0.0 in Python, but `x * 2` on an int32 tensor is int32 where
+    `x * 2.0` is float32, and 1 / (x * -0.0) is -Inf where 1 / (x * 0.0) is +Inf: a group compiled for
+    one must not be served for the other (the step's argument check compares types and zero signs)."""
+    def f(x, k):
+        return (x * k + 1) * 3, 1.0 / (x * k) + 2
+
+    def run(k):
+        x = ms.Tensor(np.arange(-3, 5, dtype=np.int32))
+        return [(o.dtype, o.asnumpy()) for o in f(x, k)]
+
+    want = run(then)  # eager
+    ms_dynvm.enable(compile_policy="threshold")
+    for _ in range(4):
+        run(first)
+    fused = ms_dynvm.stats()["fused_ops"]
+    got = [run(then) for _ in range(3)]
+    ms_dynvm.disable()
+    assert fused > 0
+    for outs in got:
+        for (dt, a), (wdt, w) in zip(outs, want):
+            assert dt == wdt
+            np.testing.assert_array_equal(np.signbit(a), np.signbit(w))
+            np.testing.assert_array_equal(a, w)
