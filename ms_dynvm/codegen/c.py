@@ -25,8 +25,10 @@ are bitwise reproducible.
 Arithmetic that MindSpore defines specially follows the reference interpreter: float division by
 +-0 ignores the zero's sign, maximum/minimum propagate NaN, relu(NaN) = 0, clamp's comparison order,
 x86 float->int conversion (cvtt: INT_MIN for NaN/overflow; narrower integers wrap from int32),
-integer arithmetic wraps (`-fwrapv`). With FMA contraction on (the default) `a*b+c` may round once
-instead of twice; mod/fmod are then within 1 ulp of |x| of the reference.
+integer arithmetic wraps (`-fwrapv`). Products are rounded on their own, as eager and the interpreter
+round each op (`dvm_keepf`: GCC would otherwise contract a VM op's `a*b` and a following VM op's `+c`,
+or mod's and fmod's product and difference, into one fma; an fma turned an exact 0 of `1 % 3e-21` into
+-8.6e-17); inside the math functions contraction stays on.
 """
 
 from __future__ import annotations
@@ -115,6 +117,10 @@ def _fsuffix(ct: str, name: str) -> str:
     return name + "f" if ct == "f32" else name
 
 
+# Ops that follow MindSpore CPU's own float32 formulas under `eager_math` (cmath._EAGER_C).
+EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish")
+
+
 def c_op(op: Op, ct: str) -> str:
     """C expression of scalar op `op` computing in compute type `ct` (args are variable names)."""
     a = op.args
@@ -124,6 +130,8 @@ def c_op(op: Op, ct: str) -> str:
     T = _CT[ct]
     binary = {"add": "+", "sub": "-", "mul": "*", "div_plain": "/", "bitwise_and": "&", "bitwise_or": "|",
               "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+    if fn == "mul" and ct in ("f32", "f64"):  # rounded apart from a following add (cmath.dvm_keepf)
+        return f"dvm_keep{'f' if ct == 'f32' else 'd'}({a[0]} * {a[1]})"
     if fn in binary:
         return f"({T})({a[0]} {binary[fn]} {a[1]})" if not flt else f"({a[0]} {binary[fn]} {a[1]})"
     zero = "0.0f" if ct == "f32" else "0.0" if ct == "f64" else f"(({T})0)"
@@ -172,6 +180,8 @@ def c_op(op: Op, ct: str) -> str:
     if fn == "abs":
         return f"{_fsuffix(ct, 'fabs')}({x})" if flt else f"({T})({x} < 0 ? -{x} : {x})"
     if fn == "square":
+        if flt:
+            return f"dvm_keep{'f' if ct == 'f32' else 'd'}({x} * {x})"
         return f"({T})({x} * {x})"
     if fn == "relu":
         return f"({x} > {zero} ? {x} : {zero})"
@@ -193,11 +203,12 @@ def c_op(op: Op, ct: str) -> str:
         return f"({T})floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
     if fn == "trunc_div":
         return f"{trunc}({div}({a[0]}, {a[1]}))"
-    if fn == "mod":  # in double, as MindSpore's FloorMod (q * y is exact there: no fma effect)
-        return (f"({T})((double)({a[0]}) - floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
-                f" * (double)({a[1]}))")
+    if fn == "mod":  # in double, as MindSpore's FloorMod, the product rounded apart (dvm_keepd)
+        return (f"({T})((double)({a[0]}) - dvm_keepd(floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
+                f" * (double)({a[1]})))")
     if fn == "fmod":
-        return f"({a[0]} - {trunc}({a[0]} / {a[1]}) * {a[1]})"
+        keep = "dvm_keepf" if ct == "f32" else "dvm_keepd"
+        return f"({a[0]} - {keep}({trunc}({a[0]} / {a[1]}) * {a[1]}))"
     if fn == "pow":
         return f"{_fsuffix(ct, 'pow')}({a[0]}, {a[1]})"
     if fn == "atan2":
@@ -241,9 +252,9 @@ def c_op(op: Op, ct: str) -> str:
         return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
     if ct != "f32":
         raise ValueError(f"op {fn} on {ct}")
-    if fn in ("exp", "tanh", "mish"):  # MindSpore's formulas or ours: the kernel's head says (eager_math)
+    if fn in EAGER_MATH_OPS:  # MindSpore's formulas or ours: the kernel's head says (eager_math)
         return f"dvm_{fn}_op({x})"
-    if fn in ("expm1", "log", "log1p", "log2", "sigmoid", "erf", "erfc", "gelu_erf", "gelu_tanh"):
+    if fn in ("log", "log2", "sigmoid", "erf", "erfc", "gelu_erf", "gelu_tanh"):
         return f"dvm_{fn}({x})"
     if fn == "silu":
         return f"({x} * dvm_sigmoid({x}))"
@@ -386,7 +397,7 @@ class CRenderer:
         if self.fast:
             head.append("#define DVM_FAST 1")
         head.append(cmath.STRICT_C if self.strict else cmath.MATH_C)
-        for f in ("exp", "tanh", "mish"):  # the ops exp, tanh, mish (see cmath._EAGER_C)
+        for f in EAGER_MATH_OPS:  # (see cmath._EAGER_C)
             head.append(f"#define dvm_{f}_op dvm_{f}{'_ms' if self.eager else ''}")
         head.append(_HELPERS)
         self.open("void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)")

@@ -73,6 +73,11 @@ _PRELUDE_C = r"""
 
 static inline uint32_t dvm_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float dvm_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+/* A VM op's product, rounded on its own as eager rounds it: GCC contracts a product into a following
+   add or subtract (one fma, one rounding) unless the product has another use; this one (a NaN test,
+   which changes no value) keeps the multiply and the add apart, still vectorised (c.py: mul). */
+static inline float dvm_keepf(float p) { return p != p ? p + 0.0f : p; }
+static inline double dvm_keepd(double p) { return p != p ? p + 0.0 : p; }
 """
 
 _SHARED_C = r"""static inline float dvm_gelu_grad_tanh(float dy, float x) {
@@ -384,6 +389,12 @@ static inline float dvm_tanh_ms(float x) {
     r = x > 5.0f ? 1.0f : r;
     return x < -5.0f ? -1.0f : r;
 }
+
+/* MindSpore's log1p and expm1 are logf(1 + x) and expf(x) - 1 in float32 (bit for bit against glibc's):
+   0 for |x| < 6e-8, where the true functions give x. (dvm_exp is never -0: `+ 0.0f` keeps its rounding
+   out of an fma with the subtraction.) */
+static inline float dvm_log1p_ms(float x) { return dvm_log(1.0f + x); }
+static inline float dvm_expm1_ms(float x) { return (dvm_exp(x) + 0.0f) - 1.0f; }
 
 /* x * tanh(log(1 + e^x)) as ((1 + e)^2 - 1) / ((1 + e)^2 + 1): NaN from x > 44.36 on (Inf / Inf), as
    in MindSpore. */

@@ -261,7 +261,8 @@ def _softplus(x, beta: float, threshold: float):
 # MindSpore 2.10's CPU kernels compute float32 exp, tanh and mish with their own formulas, which
 # differ from the true functions by more than 1e-5 in places (exp: up to 2e-5 relative for |x| > 38,
 # its reduction constant ln2 being rounded to 0.693147; tanh: a (7, 6) Pade approximant, 1.0000098 at
-# x = 5 and +-1 beyond; mish: NaN above x = 44.36, where (1 + e^x)^2 overflows). These are eager's
+# x = 5 and +-1 beyond; mish: NaN above x = 44.36, where (1 + e^x)^2 overflows; log1p and expm1:
+# logf(1 + x) and expf(x) - 1, 0 for |x| < 6e-8). These are eager's
 # semantics, so the reference follows them in float32, in float32 steps (a fused multiply-add as one
 # rounding of the float64 value: exact product, the sum rounded twice, which can differ from one
 # rounding in the last bit); the kernels do the same (codegen/cmath._EAGER_C, `eager_math`).
@@ -302,7 +303,17 @@ def _mish_ms(x):
         return (x * ((q - _F32(1.0)) / (q + _F32(1.0)))).astype(_F32)
 
 
-_MS_F32 = {"exp": _exp_ms, "tanh": _tanh_ms, "mish": _mish_ms}
+def _log1p_ms(x):  # logf(1 + x), expf(x) - 1: MindSpore's log1p and expm1 (0 for tiny x)
+    with np.errstate(all="ignore"):
+        return np.log((x + _F32(1.0)).astype(F64)).astype(_F32)
+
+
+def _expm1_ms(x):
+    with np.errstate(all="ignore"):
+        return (np.exp(x.astype(F64)).astype(_F32) - _F32(1.0)).astype(_F32)
+
+
+_MS_F32 = {"exp": _exp_ms, "tanh": _tanh_ms, "mish": _mish_ms, "log1p": _log1p_ms, "expm1": _expm1_ms}
 
 
 @_impl(*_FLOAT_FNS)

@@ -69,3 +69,34 @@ def test_eager_math_off_serves_the_true_functions():
         assert not np.allclose(tanh, eager[0][0], rtol=1e-5, atol=1e-6, equal_nan=True)
     mish_served = [outs[2] for outs in served if (outs[2][X == 50.0] == 50.0).all()]
     assert mish_served and np.isnan(eager[0][2][X == 50.0]).all()
+
+
+def test_a_product_and_a_following_add_round_apart_as_in_eager():
+    """Eager rounds `x * a` and then `+ b` (two ops); a kernel must not contract them into one fma
+    (cmath.dvm_keepf): served results are then bit-identical to eager's, and an exact 0 stays 0
+    (FloorMod of 1 by a tiny divisor: x - floor(x/y)*y, which an fma made -8.6e-17, and the
+    remainder by it NaN, which became a finite number)."""
+    rng = np.random.default_rng(0)
+    a = ms.Tensor(rng.standard_normal((64, 33)).astype(np.float32))
+    b = ms.Tensor(rng.standard_normal((64, 33)).astype(np.float32))
+    tiny = ms.Tensor(np.array([[-3.0703977e-21, 3e-21, 1e-3, -0.3]], np.float32))
+    half = ms.Tensor(np.array([[0.1, 0.2, 0.3, 0.4]], np.float32))
+
+    def step():
+        r = True % tiny
+        return [(a * 1.7 + b) * a - b, r, ms.mint.remainder(half, r)]
+
+    want = [t.asnumpy() for t in step()]
+    dispatch.forget_compiled()
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(compile_policy="threshold")
+    try:
+        got = [[t.asnumpy() for t in step()] for _ in range(6)]
+        fused = ms_dynvm.stats()["fused_ops"]
+    finally:
+        ms_dynvm.disable()
+        dispatch.forget_compiled()
+    assert fused > 0
+    for outs in got:
+        for x, w in zip(outs, want):
+            assert _same(x, w)
