@@ -118,7 +118,7 @@ def _fsuffix(ct: str, name: str) -> str:
 
 
 # Ops that follow MindSpore CPU's own float32 formulas under `eager_math` (cmath._EAGER_C).
-EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish")
+EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish", "sigmoid", "elu")
 
 
 def c_op(op: Op, ct: str) -> str:
@@ -252,19 +252,21 @@ def c_op(op: Op, ct: str) -> str:
         return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
     if ct != "f32":
         raise ValueError(f"op {fn} on {ct}")
-    if fn in EAGER_MATH_OPS:  # MindSpore's formulas or ours: the kernel's head says (eager_math)
-        return f"dvm_{fn}_op({x})"
-    if fn in ("log", "log2", "sigmoid", "erf", "erfc", "gelu_erf", "gelu_tanh"):
-        return f"dvm_{fn}({x})"
-    if fn == "silu":
-        return f"({x} * dvm_sigmoid({x}))"
+    # (each result rounded apart from what a later op adds to it, as eager rounds it: dvm_keepf)
     if fn == "elu":
-        return f"dvm_elu({x}, {c_float(op.attr('alpha'), 'f32')})"
+        return f"dvm_keepf(dvm_elu_op({x}, {c_float(op.attr('alpha'), 'f32')}))"
+    if fn in EAGER_MATH_OPS:  # MindSpore's formulas or ours: the kernel's head says (eager_math)
+        return f"dvm_keepf(dvm_{fn}_op({x}))"
+    if fn in ("log", "log2", "erf", "erfc", "gelu_erf", "gelu_tanh"):
+        return f"dvm_keepf(dvm_{fn}({x}))"
+    if fn == "silu":
+        return f"dvm_keepf({x} * dvm_sigmoid_op({x}))"
     if fn == "softplus":
-        return f"dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
+        return (f"dvm_keepf(dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, "
+                f"{c_float(op.attr('threshold'), 'f32')}))")
     if fn in ("silu_grad", "gelu_grad_none", "gelu_grad_tanh"):
         name = {"gelu_grad_none": "gelu_grad_erf"}.get(fn, fn)
-        return f"dvm_{name}({a[0]}, {a[1]})"
+        return f"dvm_keepf(dvm_{name}({a[0]}, {a[1]}))"
     raise ValueError(f"no C rendering for op {fn}")
 
 

@@ -262,7 +262,7 @@ def _softplus(x, beta: float, threshold: float):
 # differ from the true functions by more than 1e-5 in places (exp: up to 2e-5 relative for |x| > 38,
 # its reduction constant ln2 being rounded to 0.693147; tanh: a (7, 6) Pade approximant, 1.0000098 at
 # x = 5 and +-1 beyond; mish: NaN above x = 44.36, where (1 + e^x)^2 overflows; log1p and expm1:
-# logf(1 + x) and expf(x) - 1, 0 for |x| < 6e-8). These are eager's
+# logf(1 + x) and expf(x) - 1, 0 for |x| < 6e-8; sigmoid, silu, elu: built on that exp). These are eager's
 # semantics, so the reference follows them in float32, in float32 steps (a fused multiply-add as one
 # rounding of the float64 value: exact product, the sum rounded twice, which can differ from one
 # rounding in the last bit); the kernels do the same (codegen/cmath._EAGER_C, `eager_math`).
@@ -313,7 +313,23 @@ def _expm1_ms(x):
         return (np.exp(x.astype(F64)).astype(_F32) - _F32(1.0)).astype(_F32)
 
 
-_MS_F32 = {"exp": _exp_ms, "tanh": _tanh_ms, "mish": _mish_ms, "log1p": _log1p_ms, "expm1": _expm1_ms}
+def _sigmoid_ms(x):  # 1 / (1 + e^-x) on MindSpore's exp; silu = x * that; elu = alpha * (e^x - 1)
+    with np.errstate(all="ignore"):
+        return (_F32(1.0) / (_F32(1.0) + _exp_ms(-x))).astype(_F32)
+
+
+def _elu_ms(x, alpha):
+    with np.errstate(all="ignore"):
+        return np.where(x > 0, x, _F32(alpha) * (_exp_ms(x) - _F32(1.0))).astype(_F32)
+
+
+def _silu_ms(x):
+    with np.errstate(all="ignore"):
+        return (x * _sigmoid_ms(x)).astype(_F32)
+
+
+_MS_F32 = {"exp": _exp_ms, "tanh": _tanh_ms, "mish": _mish_ms, "log1p": _log1p_ms, "expm1": _expm1_ms,
+           "sigmoid": _sigmoid_ms, "silu": _silu_ms}
 
 
 @_impl(*_FLOAT_FNS)
@@ -324,6 +340,8 @@ def _float_unary(op, args, attrs):
     out = _floaty(x.dtype)
     if out == np.float32 and op in _MS_F32:
         return _MS_F32[op](np.asarray(x.astype(_F32)))
+    if out == np.float32 and op == "elu":
+        return _elu_ms(np.asarray(x.astype(_F32)), attrs["alpha"])
     return _FLOAT_FNS[op](_wide(x.astype(out)), attrs).astype(out)
 
 

@@ -49,7 +49,8 @@ def _eager(op: str, x: np.ndarray) -> np.ndarray:
     from mindspore import ops
 
     ms.runtime.launch_blocking()
-    f = {"exp": ops.exp, "tanh": ops.tanh, "mish": ops.mish, "log1p": ops.log1p, "expm1": ops.expm1}[op]
+    f = {"exp": ops.exp, "tanh": ops.tanh, "mish": ops.mish, "log1p": ops.log1p, "expm1": ops.expm1,
+         "sigmoid": ops.sigmoid, "silu": ops.silu, "elu": ops.elu}[op]
     return np.concatenate([f(ms.Tensor(c)).asnumpy() for c in np.array_split(x, 4)])
 
 
@@ -57,7 +58,8 @@ def _eager(op: str, x: np.ndarray) -> np.ndarray:
 # MindSpore's thread pool flushes to zero, and last-bit differences of mish at tiny x).
 # log1p and expm1 are logf(1 + x) and expf(x) - 1 in MindSpore, glibc's logf/expf; the kernels use
 # their own log and exp (<= 1 ulp, vectorised) there.
-_BITWISE = {"exp": 0.999, "tanh": 0.99, "mish": 0.93, "log1p": 0.98, "expm1": 0.97}
+_BITWISE = {"exp": 0.999, "tanh": 0.99, "mish": 0.93, "log1p": 0.98, "expm1": 0.97, "sigmoid": 0.99,
+            "silu": 0.98, "elu": 0.999}
 
 
 @pytest.mark.parametrize("op,bitwise", sorted(_BITWISE.items()))
@@ -68,7 +70,7 @@ def test_fused_exp_tanh_mish_equal_eager(cache, op, bitwise):
     assert not_close == 0 and same >= bitwise, (op, same, not_close)
 
 
-@pytest.mark.parametrize("op", ["exp", "tanh", "mish", "log1p", "expm1"])
+@pytest.mark.parametrize("op", ["exp", "tanh", "mish", "log1p", "expm1", "sigmoid", "silu"])
 def test_the_interpreter_follows_the_same_formulas(cache, op):
     x = _inputs()
     y = _kernel(op, cache, True)([x])[0]
