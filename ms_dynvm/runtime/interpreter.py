@@ -65,8 +65,7 @@ Deliberate deviations from MindSpore CPU (kernel artefacts the VM does not copy)
   along other axes follows IEEE (the whole row NaN), as MindSpore does. Not copied: MindSpore's
   log_softmax along a non-last axis gives some such rows wholly NaN ([-inf, -inf, 5, nan]), and with
   several such rows in one tensor its float32 softmax sometimes zeroes other rows as well.
-- softplus(NaN) is NaN (MindSpore: inf); mish is overflow-safe (MindSpore: NaN for x >= ~44 and for
-  +-inf); relu6(NaN) is 0 (MindSpore: 0 or NaN depending on the position in its vector loop).
+- softplus(NaN) is NaN (MindSpore: inf); relu6(NaN) is 0 (MindSpore: 0 or NaN depending on the position in its vector loop).
 - maximum/minimum propagate NaN (MindSpore does for equal shapes with more than one element, but may
   return the other operand when one operand has one element or broadcasts).
 - The division-by-zero rules above hold for immediates too: x/(-0) is x/(+0) (MindSpore's scalar
