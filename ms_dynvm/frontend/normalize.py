@@ -409,7 +409,15 @@ def _where(a, prim):
 @_in_order
 def _masked_fill(a, prim):
     x, mask, value = a
-    return ("masked_fill", (_t(x), _t(mask), _tn(value)), {})
+    x = _t(x)
+    if (type(value) not in _NUMBER_TYPES and vm_dtype(x.dtype) == "f64"
+            and vm_dtype(_t(value).dtype) == "f32"):
+        # MaskedFill of a float64 tensor with a float32 value (what `ops.masked_fill` makes of a Python
+        # float) computes in float32 in MindSpore 2.10: the unmasked values come back rounded to
+        # float32 (measured: 1e300 becomes inf).
+        return Lowering([("cast", (x,), {"dtype": "f32"}), ("masked_fill", (Tmp(0), _t(mask), value), {}),
+                         ("cast", (Tmp(1),), {"dtype": "f64"})], (Tmp(2),))
+    return ("masked_fill", (x, _t(mask), _tn(value)), {})
 
 
 @_in_order

@@ -100,3 +100,32 @@ def test_a_product_and_a_following_add_round_apart_as_in_eager():
     for outs in got:
         for x, w in zip(outs, want):
             assert _same(x, w)
+
+
+def test_float64_masked_fill_with_a_python_float_computes_in_float32_as_eager():
+    """`ops.masked_fill(x_f64, mask, 2.5)` dispatches MaskedFill with a float32 value, which MindSpore
+    2.10 computes in float32: the unmasked values come back rounded to float32 (1e300 becomes inf).
+    Recorded, interpreted and served, the VM does the same."""
+    x = ms.Tensor(np.array([[0.1257302210933933, 1e-300, 300.0, 1e300, np.pi]] * 3, np.float64))
+
+    def step():
+        return [ops.masked_fill(x, x == 300.0, -0.0) * 1.0]
+
+    want = step()[0].asnumpy()
+    assert want[0, 3] == np.inf and want[0, 0] == np.float64(np.float32(0.1257302210933933))
+    with ms_dynvm.record() as rec:
+        step()
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    assert _same(got[-1], want)
+    dispatch.forget_compiled()
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(compile_policy="threshold")
+    try:
+        outs = [step()[0].asnumpy() for _ in range(6)]
+        fused = ms_dynvm.stats()["fused_ops"]
+    finally:
+        ms_dynvm.disable()
+        dispatch.forget_compiled()
+    assert fused > 0
+    for o in outs:
+        assert _same(o, want)
