@@ -555,7 +555,7 @@ class CRenderer:
 def render(spec: KernelSpec, *, strict_ieee: bool = False, fast_math: bool = False,
            eager_math: bool = True) -> str:
     """C99 source of `spec` (see the module doc for the entry point's signature). `eager_math`: the
-    ops exp, tanh and mish follow MindSpore CPU's formulas (cmath._EAGER_C), else ms_dynvm's."""
+    ops of EAGER_MATH_OPS follow MindSpore CPU's formulas (cmath._EAGER_C), else ms_dynvm's."""
     return CRenderer(spec, strict_ieee, fast_math, eager_math).render()
 
 
