@@ -121,6 +121,12 @@ def _fsuffix(ct: str, name: str) -> str:
 EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish", "sigmoid", "elu")
 
 
+def _kept(expr: str, ct: str) -> str:
+    """`expr` (a float product or function result) rounded apart from what a later op adds to it, as
+    eager rounds each op's result (cmath.dvm_keepf: no fma contraction across ops)."""
+    return f"dvm_keep{'f' if ct == 'f32' else 'd'}({expr})"
+
+
 def c_op(op: Op, ct: str) -> str:
     """C expression of scalar op `op` computing in compute type `ct` (args are variable names)."""
     a = op.args
@@ -130,8 +136,8 @@ def c_op(op: Op, ct: str) -> str:
     T = _CT[ct]
     binary = {"add": "+", "sub": "-", "mul": "*", "div_plain": "/", "bitwise_and": "&", "bitwise_or": "|",
               "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-    if fn == "mul" and ct in ("f32", "f64"):  # rounded apart from a following add (cmath.dvm_keepf)
-        return f"dvm_keep{'f' if ct == 'f32' else 'd'}({a[0]} * {a[1]})"
+    if fn == "mul" and flt:
+        return _kept(f"{a[0]} * {a[1]}", ct)
     if fn in binary:
         return f"({T})({a[0]} {binary[fn]} {a[1]})" if not flt else f"({a[0]} {binary[fn]} {a[1]})"
     zero = "0.0f" if ct == "f32" else "0.0" if ct == "f64" else f"(({T})0)"
@@ -180,9 +186,7 @@ def c_op(op: Op, ct: str) -> str:
     if fn == "abs":
         return f"{_fsuffix(ct, 'fabs')}({x})" if flt else f"({T})({x} < 0 ? -{x} : {x})"
     if fn == "square":
-        if flt:
-            return f"dvm_keep{'f' if ct == 'f32' else 'd'}({x} * {x})"
-        return f"({T})({x} * {x})"
+        return _kept(f"{x} * {x}", ct) if flt else f"({T})({x} * {x})"
     if fn == "relu":
         return f"({x} > {zero} ? {x} : {zero})"
     if fn == "relu6":
@@ -204,11 +208,10 @@ def c_op(op: Op, ct: str) -> str:
     if fn == "trunc_div":
         return f"{trunc}({div}({a[0]}, {a[1]}))"
     if fn == "mod":  # in double, as MindSpore's FloorMod, the product rounded apart (dvm_keepd)
-        return (f"({T})((double)({a[0]}) - dvm_keepd(floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
-                f" * (double)({a[1]})))")
+        q = f"floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
+        return f"({T})((double)({a[0]}) - {_kept(f'{q} * (double)({a[1]})', 'f64')})"
     if fn == "fmod":
-        keep = "dvm_keepf" if ct == "f32" else "dvm_keepd"
-        return f"({a[0]} - {keep}({trunc}({a[0]} / {a[1]}) * {a[1]}))"
+        return f"({a[0]} - {_kept(f'{trunc}({a[0]} / {a[1]}) * {a[1]}', ct)})"
     if fn == "pow":
         return f"{_fsuffix(ct, 'pow')}({a[0]}, {a[1]})"
     if fn == "atan2":
@@ -252,21 +255,24 @@ def c_op(op: Op, ct: str) -> str:
         return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
     if ct != "f32":
         raise ValueError(f"op {fn} on {ct}")
-    # (each result rounded apart from what a later op adds to it, as eager rounds it: dvm_keepf)
+    return _kept(_c_function(fn, op, a, x), ct)  # (as eager rounds each op's result)
+
+
+def _c_function(fn: str, op: Op, a, x) -> str:
+    """C expression of a float32 function op (cmath)."""
     if fn == "elu":
-        return f"dvm_keepf(dvm_elu_op({x}, {c_float(op.attr('alpha'), 'f32')}))"
+        return f"dvm_elu_op({x}, {c_float(op.attr('alpha'), 'f32')})"
     if fn in EAGER_MATH_OPS:  # MindSpore's formulas or ours: the kernel's head says (eager_math)
-        return f"dvm_keepf(dvm_{fn}_op({x}))"
+        return f"dvm_{fn}_op({x})"
     if fn in ("log", "log2", "erf", "erfc", "gelu_erf", "gelu_tanh"):
-        return f"dvm_keepf(dvm_{fn}({x}))"
+        return f"dvm_{fn}({x})"
     if fn == "silu":
-        return f"dvm_keepf({x} * dvm_sigmoid_op({x}))"
+        return f"{x} * dvm_sigmoid_op({x})"
     if fn == "softplus":
-        return (f"dvm_keepf(dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, "
-                f"{c_float(op.attr('threshold'), 'f32')}))")
+        return f"dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
     if fn in ("silu_grad", "gelu_grad_none", "gelu_grad_tanh"):
         name = {"gelu_grad_none": "gelu_grad_erf"}.get(fn, fn)
-        return f"dvm_keepf(dvm_{name}({a[0]}, {a[1]}))"
+        return f"dvm_{name}({a[0]}, {a[1]})"
     raise ValueError(f"no C rendering for op {fn}")
 
 

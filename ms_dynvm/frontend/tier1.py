@@ -1342,22 +1342,24 @@ class Tier1:
                     return None
         return t
 
+    def _kernel_opts(self) -> dict:
+        """The options that make a kernel (its source and flags: part of its cache key)."""
+        o = self.opts
+        return {"strict_ieee": o.strict_ieee, "fast_math": o.fast_math, "eager_math": o.eager_math}
+
     def _cached(self, t: RunTemplate, sig, fn: Function) -> bool:
         """Whether the kernel `_compile` would build for `fn` is in the kernel cache already (memory
         or disk). False where it cannot tell (unsupported, no compiler): the compile decides then."""
         from ms_dynvm import codegen
-        from ms_dynvm.runtime.cache import default_cache
-
         from ms_dynvm.passes.shapes import generalize as _generalize
+        from ms_dynvm.runtime.cache import default_cache
 
         try:
             # (`generalize` without its side effects: a group that cannot be generalised is only
             # frozen, and counted, by the compile itself)
             marks = _symbol_marks(fn, sig)
             gfn = _generalize(fn, marks) if marks else fn
-            key = codegen.kernel.kernel_key(gfn, strict_ieee=self.opts.strict_ieee,
-                                            fast_math=self.opts.fast_math,
-                                            eager_math=self.opts.eager_math)[0]
+            key = codegen.kernel.kernel_key(gfn, **self._kernel_opts())[0]
             return default_cache().has(key)
         except Exception:  # noqa: BLE001 - a guess for the cost model, never an error
             return False
@@ -1391,7 +1393,7 @@ class Tier1:
         from ms_dynvm.runtime.cache import default_cache
 
         cache = default_cache()
-        job = (fn, cache, self.opts.strict_ieee, self.opts.fast_math, self.opts.eager_math)
+        job = (fn, cache, self._kernel_opts())
         if self.opts.compile_async:
             # Tier-up: gcc runs on a background thread while the group keeps running eagerly; the
             # kernel is installed at the group's next recorded run after it is ready (`_poll`).
@@ -1451,15 +1453,14 @@ class Tier1:
             lst.append(t)
 
 
-def _build(fn: Function, cache, strict_ieee: bool, fast_math: bool, eager_math: bool = True):
+def _build(fn: Function, cache, kernel_opts: dict):
     """(kernel, seconds, gcc runs, disk-cache loads) for group `fn`; on the compile thread or not.
     (One compile thread: the cache's counters move for this build only.)"""
     from ms_dynvm import codegen
 
     before = cache.stats()
     t0 = time.perf_counter()
-    kernel = codegen.compile_group(fn, strict_ieee=strict_ieee, fast_math=fast_math, eager_math=eager_math,
-                                   cache=cache)
+    kernel = codegen.compile_group(fn, cache=cache, **kernel_opts)
     dt = time.perf_counter() - t0
     after = cache.stats()
     return (kernel, dt, after.get("compiles", 0) - before.get("compiles", 0),

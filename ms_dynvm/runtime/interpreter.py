@@ -327,20 +327,27 @@ def _silu_ms(x):
         return (x * _sigmoid_ms(x)).astype(_F32)
 
 
-_MS_F32 = {"exp": _exp_ms, "tanh": _tanh_ms, "mish": _mish_ms, "log1p": _log1p_ms, "expm1": _expm1_ms,
-           "sigmoid": _sigmoid_ms, "silu": _silu_ms}
+# op -> f(float32 x, attrs), as _FLOAT_FNS
+_MS_F32 = {
+    "exp": lambda x, a: _exp_ms(x),
+    "expm1": lambda x, a: _expm1_ms(x),
+    "log1p": lambda x, a: _log1p_ms(x),
+    "tanh": lambda x, a: _tanh_ms(x),
+    "mish": lambda x, a: _mish_ms(x),
+    "sigmoid": lambda x, a: _sigmoid_ms(x),
+    "silu": lambda x, a: _silu_ms(x),
+    "elu": lambda x, a: _elu_ms(x, a["alpha"]),
+}
 
 
 @_impl(*_FLOAT_FNS)
 def _float_unary(op, args, attrs):
-    """Float-valued unary ops: computed in float64 from x cast to the result dtype (float32 exp, tanh
-    and mish: MindSpore's formulas, above)."""
+    """Float-valued unary ops: computed in float64 from x cast to the result dtype (float32 ops of
+    _MS_F32: MindSpore's formulas, above)."""
     x = args[0]
     out = _floaty(x.dtype)
     if out == np.float32 and op in _MS_F32:
-        return _MS_F32[op](np.asarray(x.astype(_F32)))
-    if out == np.float32 and op == "elu":
-        return _elu_ms(np.asarray(x.astype(_F32)), attrs["alpha"])
+        return _MS_F32[op](np.asarray(x.astype(_F32)), attrs)
     return _FLOAT_FNS[op](_wide(x.astype(out)), attrs).astype(out)
 
 

@@ -70,11 +70,11 @@ def test_fused_exp_tanh_mish_equal_eager(cache, op, bitwise):
     assert not_close == 0 and same >= bitwise, (op, same, not_close)
 
 
-@pytest.mark.parametrize("op", ["exp", "tanh", "mish", "log1p", "expm1", "sigmoid", "silu"])
+@pytest.mark.parametrize("op", ["exp", "tanh", "mish", "log1p", "expm1", "sigmoid", "silu", "elu"])
 def test_the_interpreter_follows_the_same_formulas(cache, op):
     x = _inputs()
     y = _kernel(op, cache, True)([x])[0]
-    ref = interpreter._MS_F32[op](x)
+    ref = interpreter._MS_F32[op](x, {"alpha": 1.0})
     same, not_close = _compare(y, ref)
     assert not_close == 0 and same >= _BITWISE[op], (op, same, not_close)
     same_eager, not_close_eager = _compare(ref, _eager(op, x))
@@ -108,3 +108,16 @@ def test_eager_math_is_part_of_the_kernel_key():
     k_on, _, src_on, _ = kernel_key(fn, eager_math=True)
     k_off, _, src_off, _ = kernel_key(fn, eager_math=False)
     assert k_on != k_off and "dvm_tanh_ms" in src_on and "#define dvm_tanh_op dvm_tanh\n" in src_off
+
+
+if __name__ == "__main__":  # the table in the README ("Math"): python -m tests.codegen.test_eager_math
+    import tempfile
+
+    _cache = KernelCache(tempfile.mkdtemp(prefix="dvm-eager-math-"))
+    _x = _inputs()
+    print(f"{_x.size} inputs; op, eager_math on: bit-identical, beyond rtol 1e-5; off: the same")
+    for _op in _BITWISE:
+        _e = _eager(_op, _x)
+        _on = _compare(_kernel(_op, _cache, True)([_x])[0], _e)
+        _off = _compare(_kernel(_op, _cache, False)([_x])[0], _e)
+        print(f"{_op:8s}  {_on[0] * 100:6.2f}% {_on[1]:6d}    {_off[0] * 100:6.2f}% {_off[1]:6d}")

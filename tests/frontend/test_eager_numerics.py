@@ -19,19 +19,21 @@ X = np.concatenate([np.linspace(3.5, 6.5, 3001), -np.linspace(3.5, 6.5, 3001), n
                     np.linspace(-87, -38, 2000), [44.0, 44.37, 50.0, np.inf, -np.inf, np.nan]]).astype(np.float32)
 
 
-def step(x):
+def step():
+    x = ms.Tensor(X)
     return ops.tanh(x * 1.0) + 0.0, ops.exp(x * 1.0) * 1.0, ops.mish(x * 1.0) * 1.0
 
 
-def _run(n, **opts):
-    """Values of `step` over n calls (eagerly without opts), and the fused-op count."""
+def _run(step, n, **opts):
+    """Values of `step()` (its tensors as arrays) over n calls, eagerly without opts, else under
+    `enable(compile_policy="threshold", **opts)` from a fresh tier 1; and the fused-op count."""
     ms_dynvm.disable()
     dispatch.forget_compiled()
     ms_dynvm.reset_stats()
     if opts:
         ms_dynvm.enable(compile_policy="threshold", **opts)
     try:
-        outs = [[t.asnumpy() for t in step(ms.Tensor(X))] for _ in range(n)]
+        outs = [[t.asnumpy() for t in step()] for _ in range(n)]
         return outs, ms_dynvm.stats()["fused_ops"]
     finally:
         ms_dynvm.disable()
@@ -44,8 +46,8 @@ def _same(a, b):
 
 
 def test_served_exp_tanh_mish_equal_eager_where_mindspore_is_inexact():
-    eager, _ = _run(1)
-    served, fused = _run(6, eager_math=True)
+    eager, _ = _run(step, 1)
+    served, fused = _run(step, 6, eager_math=True)
     assert fused > 0
     for outs in served:  # served or (size switch probes) eager: the same values either way
         for k, (a, b) in enumerate(zip(outs, eager[0])):
@@ -57,8 +59,8 @@ def test_served_exp_tanh_mish_equal_eager_where_mindspore_is_inexact():
 
 
 def test_eager_math_off_serves_the_true_functions():
-    eager, _ = _run(1)
-    served, fused = _run(6, eager_math=False)
+    eager, _ = _run(step, 1)
+    served, fused = _run(step, 6, eager_math=False)
     assert fused > 0
     true_tanh = np.tanh(X.astype(np.float64))
     # Calls in which the tanh group was served (the others ran it eagerly: the size switch's probes)
@@ -86,16 +88,8 @@ def test_a_product_and_a_following_add_round_apart_as_in_eager():
         r = True % tiny
         return [(a * 1.7 + b) * a - b, r, ms.mint.remainder(half, r)]
 
-    want = [t.asnumpy() for t in step()]
-    dispatch.forget_compiled()
-    ms_dynvm.reset_stats()
-    ms_dynvm.enable(compile_policy="threshold")
-    try:
-        got = [[t.asnumpy() for t in step()] for _ in range(6)]
-        fused = ms_dynvm.stats()["fused_ops"]
-    finally:
-        ms_dynvm.disable()
-        dispatch.forget_compiled()
+    (want,), _ = _run(step, 1)
+    got, fused = _run(step, 6, eager_math=True)
     assert fused > 0
     for outs in got:
         for x, w in zip(outs, want):
@@ -117,15 +111,7 @@ def test_float64_masked_fill_with_a_python_float_computes_in_float32_as_eager():
         step()
     got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
     assert _same(got[-1], want)
-    dispatch.forget_compiled()
-    ms_dynvm.reset_stats()
-    ms_dynvm.enable(compile_policy="threshold")
-    try:
-        outs = [step()[0].asnumpy() for _ in range(6)]
-        fused = ms_dynvm.stats()["fused_ops"]
-    finally:
-        ms_dynvm.disable()
-        dispatch.forget_compiled()
+    outs, fused = _run(step, 6, eager_math=True)
     assert fused > 0
-    for o in outs:
+    for (o,) in outs:
         assert _same(o, want)
