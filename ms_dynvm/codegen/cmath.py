@@ -369,14 +369,18 @@ static inline float dvm_exp_ms(float x) {
     xc = 88.72283935546875f < xc ? 88.72283935546875f : xc;
     float t = xc * 1.44269504088896341f + 0.0f;
     t = xc > 0.0f ? t + 0.5f : t - 0.5f;
-    int32_t k = (int32_t)t;                          /* rounded half away from zero */
-    float d = fmaf(-(float)k, 0.693147f, xc);        /* ln2 rounded to 6 digits, as MindSpore's */
+    /* k = (int)t, rounded half away from zero; as a float (exact: |k| <= 128) and its bits read off
+       k + 1.5 * 2^23, because GCC does not vectorise a loop holding the float -> int32 cast
+       ("control flow in loop"): the same value for each of the 2^32 inputs (checked), 4-7x faster. */
+    float kf = truncf(t);
+    float d = fmaf(-kf, 0.693147f, xc);              /* ln2 rounded to 6 digits, as MindSpore's */
     float p = fmaf(d, 1.0f / 120.0f, 1.0f / 24.0f);  /* Taylor, degree 5 */
     p = fmaf(d, p, 1.0f / 6.0f);
     p = fmaf(d, p, 0.5f);
     p = fmaf(d, p, 1.0f);
     p = fmaf(d, p, 1.0f);
-    float r = 2.0f * p * dvm_u2f((uint32_t)(k + 126) << 23);  /* overflows to +Inf past 88.72 */
+    uint32_t kb = dvm_f2u(kf + 12582912.0f) - 0x4b400000u;  /* k, two's complement */
+    float r = 2.0f * p * dvm_u2f((kb + 126u) << 23);          /* overflows to +Inf past 88.72 */
     return x == x ? r : x;
 }
 
