@@ -24,10 +24,13 @@ capacities for best fit.
 Where a request goes (`allocate`, `array`): its own stack (the hot path: a dict lookup and a pop);
 else best fit, the smallest free block of capacity <= 2x the request, 8x above 64 KiB
 (`reused_larger`); else a fresh block. Before reserving a fresh block the pool trims free blocks,
-least recently freed first, until `reserved + new <= (1 + headroom) * max(peak_live, live + new)`
-(headroom 0.15 by default; None keeps every free block), and never above `soft_cap`: so
-`peak_reserved <= 1.15 x peak_live` holds by construction, and what the measurement decides is
-whether reuse survives it. On the seq_len 32..256 soak (profiling/bench_pool_soak.py) exact-size
+least recently freed first, until `reserved + new <= max((1 + headroom) * n, n + headroom_min_bytes)`
+with `n = max(peak_live, live + new)` (headroom 0.15 and headroom_min_bytes 2 MiB by default; headroom
+None keeps every free block), and never above `soft_cap`: so `peak_reserved <= 1.15 x peak_live`
+holds by construction once the peak live passes ~13.3 MiB (below, `peak_live + 2 MiB`), and what the
+measurement decides is whether reuse survives it. (The 2 MiB floor: a working set of a few hundred
+KiB has no spare block within 15%, and random sizes then churn through fresh blocks; see
+HEADROOM_MIN_BYTES.) On the seq_len 32..256 soak (profiling/bench_pool_soak.py) exact-size
 free lists per distinct size had reserved 256 MiB for a 14.5 MiB peak; with best fit and the target,
 reuse after warm-up stays above 99.9%, because dynamic shapes converge on the blocks of the largest
 shapes, which serve every smaller one. (Simulated on the soak's allocation trace: best fit without
@@ -156,6 +159,12 @@ MAX_WASTE = 0.25
 SMALL_REQUEST = 64 << 10  # best fit bound: up to 2x at or below this, up to 8x above
 REUSE_SMALL, REUSE_LARGE = 2, 8
 HEADROOM = 0.15  # default reserve target: reserved <= 1.15 x peak live when a fresh block is needed
+# ... or peak live + this, whichever is larger: with a small working set, 15% of it holds no spare
+# block, and requests of random sizes then churn through fresh blocks (page-faulted as kernels first
+# write them): simulated on the masked-softmax benchmark's pattern (4 results of [4B, S] floats per
+# call, B and S random; a 0.6 MiB peak), 921 of 2,400 allocations were fresh with no minimum, 86 with
+# 1 MiB, 52 (the warm-up's own) with 2 MiB. The soak (a 13.4 MiB peak) is unaffected: 15% > 2 MiB.
+HEADROOM_MIN_BYTES = 2 << 20
 PROMOTE_AFTER = 8  # watched blocks that survive this many polls are polled less often
 OLD_POLL_EVERY = 16  # safe points between polls of those
 HEAP_TRIM_MB = 8  # default_pool's heap_trim_mb: malloc_trim once RSS grew this much since the last one
@@ -432,11 +441,12 @@ class Pool:
     """Size-bucketed, refcounted pool over one `Allocator` (host by default).
 
     `soft_cap` / `hard_cap` bound `reserved_bytes` (None = unbounded); `headroom` sets the reserve
-    target `(1 + headroom) x peak live` kept when fresh blocks are needed (None = keep every free
-    block). See the module docstring."""
+    target `max((1 + headroom) x peak live, peak live + headroom_min_bytes)` kept when fresh blocks
+    are needed (headroom None = keep every free block). See the module docstring."""
 
     def __init__(self, allocator: Allocator | None = None, soft_cap: int | None = None,
                  hard_cap: int | None = None, headroom: float | None = HEADROOM,
+                 headroom_min_bytes: int = HEADROOM_MIN_BYTES,
                  heap_trim_mb: float | None = None) -> None:
         if soft_cap is not None and hard_cap is not None and soft_cap > hard_cap:
             raise ValueError("soft_cap must not exceed hard_cap")
@@ -446,6 +456,9 @@ class Pool:
         self.soft_cap = soft_cap
         self.hard_cap = hard_cap
         self.headroom = headroom
+        if headroom_min_bytes < 0:
+            raise ValueError("headroom_min_bytes must be >= 0")
+        self.headroom_min_bytes = headroom_min_bytes
         self._host = bool(getattr(self.allocator, "host", False))
         self._lock = threading.Lock()
         self._free: dict[int, list[Buffer]] = {}  # capacity -> LIFO stack (warm blocks first)
@@ -555,7 +568,8 @@ class Pool:
         self._poll_old = True
         target = None
         if self.headroom is not None:
-            target = (1.0 + self.headroom) * max(self._peak_live, self._live + cap)
+            need = max(self._peak_live, self._live + cap)
+            target = max((1.0 + self.headroom) * need, need + self.headroom_min_bytes)
         if self.soft_cap is not None:
             target = self.soft_cap if target is None else min(target, self.soft_cap)
         if target is not None and self._reserved + cap > target:

@@ -22,6 +22,7 @@ from ms_dynvm.runtime.memory_pool import (
     ALIGN,
     Allocator,
     Buffer,
+    HEADROOM_MIN_BYTES,
     HostAllocator,
     Pool,
     array_buffer,
@@ -341,7 +342,7 @@ def _random_steps(pool: Pool, steps: int = 300) -> None:
 
 
 def test_fresh_block_trims_free_blocks_to_the_reserve_target():
-    pool = Pool()
+    pool = Pool(headroom_min_bytes=0)  # the ratio alone (this working set is far below 2 MiB)
     _random_steps(pool)
     s = check_stats(pool)
     assert s["peak_reserved_bytes"] <= 1.15 * s["peak_live_bytes"]
@@ -351,6 +352,34 @@ def test_fresh_block_trims_free_blocks_to_the_reserve_target():
     u = check_stats(unbounded)
     assert u["peak_reserved_bytes"] > 1.5 * u["peak_live_bytes"] and u["trimmed_bytes"] == 0
     assert u["reuse_rate"] > s["reuse_rate"]  # the price: more fresh blocks
+
+
+def test_small_working_set_keeps_a_floor_of_spare_blocks():
+    # A working set of a few hundred KiB with random sizes (the masked-softmax benchmark's: 4 results
+    # of [4B, S] floats per call): 15% of it holds no spare block, so at headroom_min_bytes=0 a large
+    # share of requests gets a fresh block; the default floor (peak live + 2 MiB) keeps enough spare
+    # blocks for reuse, and reserved stays within it.
+    def run(pool):
+        rng = np.random.default_rng(0)
+        keep = []
+        for _ in range(600):
+            b, s = int(rng.integers(4, 33)), int(rng.integers(32, 257))
+            arrs = []
+            for _ in range(2):  # two launches of two results each
+                pool.safe_point()
+                arrs += [pool.array((4 * b, s), np.float32) for _ in range(2)]
+            keep = arrs[-1:]  # the script keeps the last result until the next call
+            del arrs
+        del keep
+        return check_stats(pool)
+
+    bare, floor = run(Pool(headroom_min_bytes=0)), run(Pool())
+    assert bare["fresh_allocs"] > 0.2 * bare["allocs"]
+    assert floor["fresh_allocs"] < 0.05 * floor["allocs"]
+    assert floor["peak_reserved_bytes"] <= floor["peak_live_bytes"] + HEADROOM_MIN_BYTES
+    assert floor["peak_reserved_bytes"] > 1.15 * floor["peak_live_bytes"]  # the floor is what holds
+    with pytest.raises(ValueError):
+        Pool(headroom_min_bytes=-1)
 
 
 def test_dynamic_shapes_converge_on_the_largest_blocks():
