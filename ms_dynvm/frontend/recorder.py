@@ -55,7 +55,9 @@ the argument's value, so the link is exact, never a guess. An argument that matc
 input, which is always correct. (A dict of the candidates' (dtype, shape) turns most arguments away
 without a look at them; compared with memcmp where both are row-major, else element 0 first, then the
 view's elements gathered in order (`tobytes`) against the copy's bytes; a view's layout is computed
-once.)
+once.) In plain mode (below) only arguments of ops tier 1 may fuse are linked (`_link_for`): there
+the Program is dropped at the block's end, and elsewhere a link would save one register for the
+price of comparing the whole tensor.
 
 Two modes:
 - plain (`enable()`): basic blocks are recorded into small Programs, dropped when a block closes
@@ -552,6 +554,9 @@ class Recorder:
         self.last_op = None
         self.last_tags = None
         self.want_tags = False
+        # VM ops whose view-copy arguments are linked to the view's register in plain mode (see
+        # `_link_for`): tier 1 sets its fusible ops.
+        self.link_ops: frozenset = frozenset()
         self.on_close = None  # callback(reason) before a block closes (tier 1 ends its run there)
         self.phase = "fwd"
         self.region = ""
@@ -668,13 +673,23 @@ class Recorder:
             tag = self._input_tag(t, tag)
         return tag[1]
 
-    def _input_tag(self, t, old, ty=None) -> tuple:
+    def _link_for(self, op: str) -> bool:
+        """Whether an argument of VM op `op` is worth linking to a view (see the module doc). Always
+        in `record()` and with debug or dump_dir (the Program is the product there); in plain mode only
+        where tier 1 may fuse the op: the Program is dropped when its block closes, and a link only
+        saves a register there, at the price of a compare of the whole tensor (a matmul's transposed
+        operand in attention's backward: most of the link calls of the attention workloads)."""
+        return (op in self.link_ops or self.recording is not None or bool(self._opts.debug)
+                or bool(self._opts.dump_dir))
+
+    def _input_tag(self, t, old, ty=None, link: bool = True) -> tuple:
         """`t`, whose tag is `old` (None or of an earlier program), holds no register of this program:
-        link it to a view result (only an untagged tensor: see the module doc) or make it an input.
-        Returns its new tag. (`ty`: `tensor_type(t)`, when the caller has it.)"""
+        link it to a view result (only an untagged tensor, and only with `link`: see the module doc
+        and `_link_for`) or make it an input. Returns its new tag. (`ty`: `tensor_type(t)`, when the
+        caller has it.)"""
         if ty is None:
             ty = tensor_type(t)
-        if old is None and self._view_keys and (ty.dtype, ty.shape) in self._view_keys:
+        if link and old is None and self._view_keys and (ty.dtype, ty.shape) in self._view_keys:
             tag = self._link_view(t, ty)
             if tag is not None:
                 return tag
@@ -846,7 +861,7 @@ class Recorder:
                         if order is not None:
                             byarg = {f[0]: f for f in fresh}
                             fresh = [byarg[k] for k in order if k in byarg]
-                        self._make_inputs(fresh, pregs, False)
+                        self._make_inputs(fresh, pregs, False, self._link_for(op))
                     block = self.block
                     if block is None:
                         block = self._open_block()
@@ -902,11 +917,14 @@ class Recorder:
             regs = []
             mask = 0
             i = 0
+            link = None
             for a in operands:
                 if type(a) is Tensor or (type(a) not in _IMMEDIATE and isinstance(a, Tensor)):
                     tag = a._get_user_data(_KEY)
                     if tag is None or tag[0] != epoch:
-                        tag = self._input_tag(a, tag)
+                        if link is None:
+                            link = self._link_for(op)
+                        tag = self._input_tag(a, tag, None, link)
                     regs.append(tag[1])
                     mask |= 1 << i
                 else:
@@ -984,7 +1002,7 @@ class Recorder:
             return
         self._record_lowering(name, args, out, low, pk)
 
-    def _make_inputs(self, fresh, pregs: list, again: bool) -> bool:
+    def _make_inputs(self, fresh, pregs: list, again: bool, link: bool = True) -> bool:
         """Plan hit: the tensor arguments that held no register (`fresh` entries: position, tensor,
         type, old tag) become inputs (or links), in that order, unless one already did. `again`: an
         input was made before in this op (the same C++ tensor may come twice: its tag is read
@@ -998,7 +1016,7 @@ class Recorder:
                 if tag is not None and tag[0] == epoch:
                     pregs[k] = tag[1]
                     continue
-            pregs[k] = self._input_tag(a, tag, ty)[1]
+            pregs[k] = self._input_tag(a, tag, ty, link)[1]
             again = True
         return again
 

@@ -606,6 +606,7 @@ class Tier1:
         self.probes = 0  # groups run eagerly to measure them (the step switch drops such VM steps)
         self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
+        recorder.link_ops = FUSIBLE  # view copies that runs may take in are linked (Recorder._link_for)
 
     def reset(self, recorder, opts) -> None:
         """Re-attach to a new recorder (a new enable()); drop transient state, keep what was learned."""
@@ -614,6 +615,7 @@ class Tier1:
         self.recorder = recorder
         self.opts = opts
         recorder.want_tags = True
+        recorder.link_ops = FUSIBLE
         self.hist.clear()
         self.run = None
         self.pending = None

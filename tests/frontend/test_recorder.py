@@ -32,6 +32,7 @@ from ms_dynvm.bytecode.program import Block, Instr, Program, raw_instr  # noqa: 
 from ms_dynvm.bytecode.text import Reg  # noqa: E402
 from ms_dynvm.frontend import normalize as N  # noqa: E402
 from ms_dynvm.frontend import recorder as R  # noqa: E402
+from ms_dynvm.frontend import tier1  # noqa: E402
 from profiling.workloads import WORKLOADS  # noqa: E402
 
 ms.runtime.launch_blocking()
@@ -101,13 +102,14 @@ class ReferenceRecorder:
             self.block = self.program.new_block(self.real.phase, self.real.region)
         return self.block
 
-    def _reg_of(self, t):
+    def _reg_of(self, t, link=True):
         tag = t._get_user_data(_REF_KEY)
         if tag is not None and tag[0] == self.epoch:
             return tag[1]
         ty = _type(t)
-        # Only a tensor without any tag (MindSpore's fresh copy of a view) is linked to a view.
-        for view, reg, dtype, shape in (reversed(self.views) if tag is None else ()):
+        # Only a tensor without any tag (MindSpore's fresh copy of a view) is linked to a view, and
+        # (`link`) in plain mode only for an op tier 1 may fuse (the real recorder's `link_ops`).
+        for view, reg, dtype, shape in (reversed(self.views) if tag is None and link else ()):
             if dtype != ty.dtype or shape != ty.shape:
                 continue
             a = _element_bytes(t, ty.shape)
@@ -158,7 +160,9 @@ class ReferenceRecorder:
         start = len(block.instrs)
         if len(low.instrs) == 1 and len(low.outputs) == 1 and type(out) is Tensor:
             op, operands, attrs = low.instrs[0]
-            regs = [self._reg_of(a) if isinstance(a, Tensor) else a for a in operands]
+            opts = self.real.opts
+            link = self.recording or op in self.real.link_ops or bool(opts.debug) or bool(opts.dump_dir)
+            regs = [self._reg_of(a, link) if isinstance(a, Tensor) else a for a in operands]
             [r] = prog.emit(block, op, regs, attrs, [_type(out, None if op in opcodes.VIEW else True)])
             self._bind(out, r)
             if op in opcodes.VIEW:
@@ -353,6 +357,9 @@ def test_plain_mode_blocks_match_reference(monkeypatch, name):
     holder, log = {}, []
     _follow(monkeypatch, holder, log)
     ms_dynvm.enable(max_block_ops=7)  # small blocks: "limit" ends inside lowerings and runs
+    # The link rule tier 1 sets (plain mode links view copies for the ops it may fuse), without
+    # tier 1 itself serving ops (DYNVM_JIT=0 in this module).
+    dispatch._S.recorder.link_ops = tier1.FUSIBLE
     holder["ref"] = ref = ReferenceRecorder(dispatch._S.recorder, recording=False)
     fn(*inputs)
     fn(*inputs)
@@ -613,3 +620,51 @@ def test_pending_counts_stay_short(monkeypatch):
         assert len(METRICS.op_names) <= 4
     st = ms_dynvm.stats()
     assert st["ops_seen"] == 25 and st["ops_recorded"] == st["instrs"] == 5 and st["blocks"] >= 2
+
+
+
+def _link_calls(monkeypatch, fn, record=False, **opts):
+    """(op name, whether it linked) of every link attempt over one call of `fn` under `enable(**opts)`
+    (inside `record()` with `record`), and the recording."""
+    seen, cur = [], [None]
+    on_op, link_view = R.Recorder.on_op, R.Recorder._link_view
+
+    def named(self, name, args, out):
+        cur[0] = name
+        return on_op(self, name, args, out)
+
+    def tracked(self, t, ty):
+        tag = link_view(self, t, ty)
+        seen.append((cur[0], tag is not None))
+        return tag
+
+    monkeypatch.setattr(R.Recorder, "on_op", named)
+    monkeypatch.setattr(R.Recorder, "_link_view", tracked)
+    rec = None
+    with ms_dynvm.enabled(**opts):
+        if record:
+            with ms_dynvm.record() as rec:
+                fn()
+        else:
+            fn()
+    monkeypatch.undo()
+    return seen, rec
+
+
+def test_plain_mode_links_view_copies_only_for_fusible_ops(monkeypatch):
+    # MindSpore hands matmul (and tanh) a contiguous copy of a transposed operand: in plain mode the
+    # Program is dropped at the block's end and matmul is never fused, so no compare is spent on it;
+    # an elementwise op (which tier 1 may fuse) still gets the link, and so does every op in record().
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+
+    def fn():
+        ops.matmul(ops.transpose(a, (1, 0)), a)  # [4,3] @ [3,4]
+        ops.tanh(ops.transpose(a, (1, 0)))
+    matmuls = ("MatMul", "MatMulExt")
+    plain, _ = _link_calls(monkeypatch, fn, jit=True)
+    assert not any(name in matmuls for name, _ in plain) and ("Tanh", True) in plain, plain
+    no_jit, _ = _link_calls(monkeypatch, fn, jit=False)  # no tier 1: no link is worth a compare
+    assert no_jit == [], no_jit
+    recorded, rec = _link_calls(monkeypatch, fn, record=True, jit=True)
+    assert any(name in matmuls and ok for name, ok in recorded) and ("Tanh", True) in recorded, recorded
+    assert len(rec.program.inputs) == 1  # a; both copies are linked to their transposes
