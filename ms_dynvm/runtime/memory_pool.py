@@ -25,10 +25,10 @@ Where a request goes (`allocate`, `array`): its own stack (the hot path: a dict 
 else best fit, the smallest free block of capacity <= 2x the request, 8x above 64 KiB
 (`reused_larger`); else a fresh block. Before reserving a fresh block the pool trims free blocks,
 least recently freed first, until `reserved + new <= max((1 + headroom) * n, n + headroom_min_bytes)`
-with `n = max(peak_live, live + new)` (headroom 0.15 and headroom_min_bytes 2 MiB by default; headroom
+with `n = max(peak_live, live + new)` (headroom 0.15 and headroom_min_bytes 1 MiB by default; headroom
 None keeps every free block), and never above `soft_cap`: so `peak_reserved <= 1.15 x peak_live`
-holds by construction once the peak live passes ~13.3 MiB (below, `peak_live + 2 MiB`), and what the
-measurement decides is whether reuse survives it. (The 2 MiB floor: a working set of a few hundred
+holds by construction once the peak live passes ~6.7 MiB (below, `peak_live + 1 MiB`), and what the
+measurement decides is whether reuse survives it. (The 1 MiB floor: a working set of a few hundred
 KiB has no spare block within 15%, and random sizes then churn through fresh blocks; see
 HEADROOM_MIN_BYTES.) On the seq_len 32..256 soak (profiling/bench_pool_soak.py) exact-size
 free lists per distinct size had reserved 256 MiB for a 14.5 MiB peak; with best fit and the target,
@@ -162,9 +162,11 @@ HEADROOM = 0.15  # default reserve target: reserved <= 1.15 x peak live when a f
 # ... or peak live + this, whichever is larger: with a small working set, 15% of it holds no spare
 # block, and requests of random sizes then churn through fresh blocks (page-faulted as kernels first
 # write them): simulated on the masked-softmax benchmark's pattern (4 results of [4B, S] floats per
-# call, B and S random; a 0.6 MiB peak), 921 of 2,400 allocations were fresh with no minimum, 86 with
-# 1 MiB, 52 (the warm-up's own) with 2 MiB. The soak (a 13.4 MiB peak) is unaffected: 15% > 2 MiB.
-HEADROOM_MIN_BYTES = 2 << 20
+# call, B and S random; a 0.6 MiB peak), 921 of 2,400 allocations were fresh with no minimum, 264
+# with 0.5 MiB, 86 with 1 MiB, 52 (the warm-up's own) with 2 MiB. 1 MiB keeps the soak's target
+# (1.15 x peak live) whatever its peak: 1 MiB is under 15% of any peak above 6.7 MiB, and the soak's
+# is 13.4 MiB.
+HEADROOM_MIN_BYTES = 1 << 20
 PROMOTE_AFTER = 8  # watched blocks that survive this many polls are polled less often
 OLD_POLL_EVERY = 16  # safe points between polls of those
 HEAP_TRIM_MB = 8  # default_pool's heap_trim_mb: malloc_trim once RSS grew this much since the last one

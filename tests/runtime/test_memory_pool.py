@@ -357,7 +357,7 @@ def test_fresh_block_trims_free_blocks_to_the_reserve_target():
 def test_small_working_set_keeps_a_floor_of_spare_blocks():
     # A working set of a few hundred KiB with random sizes (the masked-softmax benchmark's: 4 results
     # of [4B, S] floats per call): 15% of it holds no spare block, so at headroom_min_bytes=0 a large
-    # share of requests gets a fresh block; the default floor (peak live + 2 MiB) keeps enough spare
+    # share of requests gets a fresh block; the default floor (peak live + 1 MiB) keeps enough spare
     # blocks for reuse, and reserved stays within it.
     def run(pool):
         rng = np.random.default_rng(0)
