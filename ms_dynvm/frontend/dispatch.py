@@ -531,6 +531,10 @@ def record(**options):
 
 def _at_exit() -> None:
     if _S.mode is not None and _S.thread == threading.get_ident():
+        if _S.mode.tier1 is not None:
+            # The last block closes now and may make a group hot: nothing is compiled any more
+            # (gcc is refused at exit, and eager prints no warning there).
+            _S.mode.tier1.exiting = True
         try:
             disable()
         except RuntimeError:  # a mode the script entered is still on the stack: leave it all be

@@ -605,6 +605,7 @@ class Tier1:
         self.generation = 0  # kernels installed so far (the step switch's measurements age with it)
         self.probes = 0  # groups run eagerly to measure them (the step switch drops such VM steps)
         self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
+        self.exiting = False  # set at interpreter exit: no compile is started (see _compile)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
         recorder.link_ops = FUSIBLE  # view copies that runs may take in are linked (Recorder._link_for)
 
@@ -616,6 +617,7 @@ class Tier1:
         self.opts = opts
         recorder.want_tags = True
         recorder.link_ops = FUSIBLE
+        self.exiting = False
         self.hist.clear()
         self.run = None
         self.pending = None
@@ -1367,6 +1369,8 @@ class Tier1:
             return False
 
     def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
+        if self.exiting:  # the block closed by the exit handler made it hot: nothing will run it
+            return
         from ms_dynvm import codegen
 
         key_sig = sig  # the observed signature (generalize may fall back to a static one)

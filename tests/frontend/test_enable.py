@@ -234,3 +234,27 @@ def test_opaque_call_ends_its_block_and_is_counted():
 
     got = ms_dynvm.interpret(rec.program, inputs, call_handler=handler)
     np.testing.assert_allclose(got[rec.output_index(z)], z.asnumpy(), rtol=1e-5)
+
+
+def test_a_group_made_hot_by_the_exit_handler_is_not_compiled(recwarn):
+    # A fusible run seen before and run once more as the script's last statements: the exit
+    # handler's disable() closes its block, which would make it hot; nothing compiles at exit (gcc is
+    # refused by then, and a warning eager never prints would reach the user: a held-out script).
+    x = ms.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    ms_dynvm.enable(jit=True, compile_policy="threshold", step_switch=False, compile_async=False)
+    ms_dynvm.reset_stats()
+    for i in range(2):
+        y = ops.exp(x * 0.5) + ops.sigmoid(x) * 2.0
+        if i < 1:
+            y.asnumpy()
+    dispatch._at_exit()
+    assert not dispatch.is_enabled()
+    s = ms_dynvm.stats()
+    assert s["compiles"] == 0 and s["groups_compiled"] == 0 and s["cache_hits"] == 0, s
+    assert not [w for w in recwarn if "ms_dynvm" in str(w.message)]
+    # The same script, ended by disable() instead: the closing block makes the group hot and it is
+    # compiled (what the exit handler skips).
+    ms_dynvm.enable(jit=True, compile_policy="threshold", step_switch=False, compile_async=False)
+    y = ops.exp(x * 0.5) + ops.sigmoid(x) * 2.0
+    ms_dynvm.disable()
+    assert ms_dynvm.stats()["groups_compiled"] == 1
