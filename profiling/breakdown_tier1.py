@@ -74,6 +74,7 @@ def main() -> int:
     from profiling.workloads import issue_loops
 
     ms.runtime.launch_blocking()
+
     class FixedSizes:
         """The generator issue_loops draws from, with B (and S) fixed where given."""
 
