@@ -266,6 +266,8 @@ def _c_function(fn: str, op: Op, a, x) -> str:
         return f"dvm_{fn}_op({x})"
     if fn in ("log", "log2", "erf", "erfc", "gelu_erf", "gelu_tanh"):
         return f"dvm_{fn}({x})"
+    if fn == "exp_libm":  # the C library's expf (MindSpore CPU's softmax along a non-last axis)
+        return f"expf({x})"
     if fn == "silu":
         return f"{x} * dvm_sigmoid_op({x})"
     if fn == "softplus":
@@ -472,19 +474,22 @@ class CRenderer:
         # No block around a step: its accumulators and post statements (row statistics) are read by
         # the later steps of the nest. Every name is unique, so nothing clashes.
         self._plain(step.pre)
-        lanes = step.is_reduce and not self.strict and step.inner
+        ms8 = step.is_reduce and bool(step.inner) and step.order == "ms8"
+        lanes = step.is_reduce and not self.strict and bool(step.inner) and step.order == "lanes"
+        if ms8 and (len(step.inner) != 1 or any(acc.kind != "sum" for acc in step.accs)):
+            raise ValueError("the ms8 order is for sums over one axis")
         for acc in step.accs:
             T = _CT[acc.ctype]
             init = acc.first if acc.first else _ACC_INIT.get(acc.kind, "-INFINITY")
-            if lanes:
+            if lanes or ms8:
                 self.emit(f"{T} {acc.var}_l[{LANES}];")
                 self.emit(f"for (int l = 0; l < {LANES}; l++) {acc.var}_l[l] = ({T})({init});")
-            else:
+            if not lanes:
                 self.emit(f"{T} {acc.var} = ({T})({init});")
         for var, size in step.inner[:-1]:
             self.open(f"for (int64_t {var} = 0; {var} < {c_ix(size)}; {var}++)")
         if step.inner:
-            self._innermost(step, lanes)
+            self._innermost(step, "ms8" if ms8 else lanes)
         else:
             self.open("")
             self._plain(step.body)
@@ -523,7 +528,9 @@ class CRenderer:
         self.open("")
         for line in ctx.base_decls():
             self.emit(line)
-        if not step.is_reduce:
+        if lanes == "ms8":
+            self._ms8_loop(step, var, n, body)
+        elif not step.is_reduce:
             if not self.strict:
                 self.emit("#pragma GCC ivdep")
             self.open(f"for (int64_t {var} = 0; {var} < {n}; {var}++)")
@@ -555,6 +562,50 @@ class CRenderer:
             for acc in step.accs:
                 self.emit(_combine(acc.kind, f"{acc.var}_l[0]", acc.value))
             self.close()
+        self.close()
+
+    def _ms8_loop(self, step: Step, var: str, n: str, body: list) -> None:
+        """A sum in MindSpore CPU's float32 softmax order (Step.order "ms8"): LANES partial sums over
+        the whole blocks of LANES, added in lane order; then one block of 4 (if 4 remain), added in
+        lane order; then the rest in index order."""
+        base = f"{var}_0"
+        self.emit(f"int64_t {base} = 0;")
+        self.open(f"for (; {base} + {LANES} <= {n}; {base} += {LANES})")
+        self.open(f"for (int l = 0; l < {LANES}; l++)")
+        self.emit(f"const int64_t {var} = {base} + l;")
+        for line in body:
+            self.emit(line)
+        for acc in step.accs:
+            self.emit(f"{acc.var}_l[l] += {acc.value};")
+        self.close()
+        self.close()
+        self.open(f"if ({base} > 0)")
+        for acc in step.accs:
+            T = _CT[acc.ctype]
+            self.emit(f"{T} {acc.var}_h = {acc.var}_l[0];")
+            self.emit(f"for (int l = 1; l < {LANES}; l++) {acc.var}_h += {acc.var}_l[l];")
+            self.emit(f"{acc.var} += {acc.var}_h;")
+        self.close()
+        self.open(f"if ({n} - {base} >= 4)")
+        for acc in step.accs:
+            self.emit(f"{_CT[acc.ctype]} {acc.var}_q[4];")
+        self.open("for (int l = 0; l < 4; l++)")
+        self.emit(f"const int64_t {var} = {base} + l;")
+        for line in body:
+            self.emit(line)
+        for acc in step.accs:
+            self.emit(f"{acc.var}_q[l] = 0.0f + {acc.value};")
+        self.close()
+        for acc in step.accs:
+            q = f"{acc.var}_q"
+            self.emit(f"{acc.var} += (({q}[0] + {q}[1]) + {q}[2]) + {q}[3];")
+        self.emit(f"{base} += 4;")
+        self.close()
+        self.open(f"for (int64_t {var} = {base}; {var} < {n}; {var}++)")
+        for line in body:
+            self.emit(line)
+        for acc in step.accs:
+            self.emit(f"{acc.var} += {acc.value};")
         self.close()
 
 

@@ -63,7 +63,7 @@ def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_
     from ms_dynvm import __version__
     from ms_dynvm.runtime.cache import make_key
 
-    spec = lower(fn)
+    spec = lower(fn, eager_math=eager_math)
     try:
         source = c_backend.render(spec, strict_ieee=strict_ieee, fast_math=fast_math, eager_math=eager_math)
     except ValueError as e:

@@ -244,6 +244,12 @@ class Step:
     accs: list = field(default_factory=list)
     pre: list = field(default_factory=list)  # statements before the loop (max/min first element)
     post: list = field(default_factory=list)  # statements after the loop, once per outer point
+    # Accumulation order over the innermost reduced loop: "lanes" (LANES partial accumulators, the
+    # default: vectorisable), "seq" (one accumulator in index order), "ms8" (MindSpore CPU's float32
+    # softmax sum along the last axis: 8 partial accumulators over the whole blocks of 8, summed in
+    # lane order; then one block of 4 if 4 remain, summed in lane order and added; then the rest one
+    # by one: nnacl's AVX, SSE and scalar stages).
+    order: str = "lanes"
 
     @property
     def is_reduce(self) -> bool:
@@ -348,9 +354,10 @@ class _Mat:
 
 
 class _Lower:
-    def __init__(self, fn, name: str):
+    def __init__(self, fn, name: str, eager_math: bool = True):
         self.fn = fn
         self.name = name
+        self.eager_math = eager_math
         self.types = fn.types
         self.producer = {}
         for ins in fn.body:
@@ -372,6 +379,8 @@ class _Lower:
             self.out_buf.setdefault(r, b)
             self.out_bufs.setdefault(r, []).append(b)
         self.mats: dict = {}  # key (reg or synthetic string) -> _Mat
+        # softmax result register -> "ms_last" | "ms_other" (see _lower_softmax); absent: ours
+        self.softmax_mode: dict = {}
         self.nests: list[Nest] = []
         self.n_tmp = 0
         self.n_var = 0
@@ -721,14 +730,22 @@ class _Lower:
         m = self._mat_value(f"max{out}", sidx)
         d = self.op("f32", "sub_rounded", x, m)  # (x as the max pass saw it: see c.py)
         if ins.op == "softmax":
-            e = self.op("f32", "exp", d)
-            r = self.op("f32", "div_plain", e, self._mat_value(f"sum{out}", sidx))
+            r = self._softmax_scale(out, self._softmax_exp(out, d), self._mat_value(f"sum{out}", sidx))
             if _mindspore_softmax_rule(xt, axis):
                 r = self.op("f32", "softmax_fix", r, x, m)
         else:
             r = self.op("f32", "sub", d, self._mat_value(f"logsum{out}", sidx))
             r = self.op("f32", "log_softmax_fix", r, x, m)
         return self.rounded(r, self.types[out].dtype)
+
+    def _softmax_exp(self, out, d: str) -> str:
+        return self.op("f32", "exp_libm" if self.softmax_mode.get(out) == "ms_other" else "exp", d)
+
+    def _softmax_scale(self, out, e: str, s: str) -> str:
+        """e / s; or e * s, where the sum pass materialised 1/s (MindSpore's last-axis softmax)."""
+        if self.softmax_mode.get(out) == "ms_last":
+            return self.op("f32", "mul", e, s)
+        return self.op("f32", "div_plain", e, s)
 
     def _layer_norm_value(self, ins, idx: tuple) -> str:
         xr = int(ins.args[0])
@@ -908,20 +925,37 @@ class _Lower:
         out_bufs = self.out_bufs.get(out, [])
         keep_e = (ins.op == "softmax" and self.types[out].dtype == "f32" and bool(out_bufs)
                   and xt.shape[axis] != 1)
+        # eager_math: float32 softmax as MindSpore 2.10 CPU computes it (nnacl; bit-identical to eager
+        # on every input measured, `tests/codegen/test_eager_math.py`): along the last axis its own
+        # exp (the kernels' eager exp), the sum in float32 in its SIMD order (Step.order "ms8") and
+        # e * (1/sum); along another axis the C library's expf, the sum in float32 in index order and
+        # e / sum. Otherwise (and for log_softmax, whose MindSpore kernel is oneDNN's): exp, a float64
+        # sum, e / sum.
+        ms = self.eager_math and ins.op == "softmax" and self.types[out].dtype == "f32" and xt.dtype == "f32"
+        if ms:
+            self.softmax_mode[out] = "ms_last" if axis == xt.rank - 1 else "ms_other"
+        sum_ct = "f32" if ms else "f64"
 
         def build_sum(outer_vars):
             natural = self._natural(xt.shape, (axis,), kept, outer_vars, True)
 
             def e_eval(idx):
                 d = self.op("f32", "sub_rounded", x_eval_f32(idx), self._mat_value(f"max{out}", natural))
-                e = self.op("f32", "exp", d)
+                e = self._softmax_exp(out, d)
                 if keep_e:
                     self.code.append(Store(out_bufs[0].name, out_bufs[0].address(idx), e))
-                return self.op("f64", "cast", e, src="f32", dst="f64")
+                return e if ms else self.op("f64", "cast", e, src="f32", dst="f64")
 
-            step, acc = self._reduction_step(e_eval, xt.shape, (axis,), outer_vars, "sum", "f64")
+            step, acc = self._reduction_step(e_eval, xt.shape, (axis,), outer_vars, "sum", sum_ct)
+            if ms:
+                step.order = "ms8" if axis == xt.rank - 1 else "seq"
             if ins.op == "softmax":
-                s = self.op("f32", "cast", acc, src="f64", dst="f32")
+                if not ms:
+                    s = self.op("f32", "cast", acc, src="f64", dst="f32")
+                elif axis == xt.rank - 1:
+                    s = self.op("f32", "div_plain", self.const(1.0, "f32"), acc)
+                else:
+                    s = acc
                 self._materialise(f"sum{out}", "f32", None, natural, s, stat_shape)
             else:
                 s = self.op("f32", "cast", self.op("f64", "log_scalar", acc), src="f64", dst="f32")
@@ -938,7 +972,7 @@ class _Lower:
             idx[axis] = ("v", var)
             idx = tuple(idx)
             e = self.load(out_bufs[0], idx)
-            r = self.op("f32", "div_plain", e, self._mat_value(f"sum{out}", natural))
+            r = self._softmax_scale(out, e, self._mat_value(f"sum{out}", natural))
             if _mindspore_softmax_rule(xt, axis):
                 r = self.op("f32", "softmax_fix", r, x_eval_f32(idx), self._mat_value(f"max{out}", natural))
             for b in out_bufs:
@@ -1112,13 +1146,14 @@ def _softmax_axis(axis, rank: int) -> int:
     return axis % rank
 
 
-def lower(fn, name: str = "dvm_kernel") -> KernelSpec:
-    """The kernel spec of fusion group `fn`; raises CodegenError when it cannot be compiled."""
+def lower(fn, name: str = "dvm_kernel", eager_math: bool = True) -> KernelSpec:
+    """The kernel spec of fusion group `fn`; raises CodegenError when it cannot be compiled.
+    `eager_math`: float32 softmax computed as MindSpore CPU computes it (see `_lower_softmax`)."""
     for ins in fn.body:
         if ins.op not in opcodes.OPS:
             raise CodegenError(f"unknown op {ins.op}")
     try:
-        return _Lower(fn, name).run()
+        return _Lower(fn, name, eager_math).run()
     except CodegenError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as e:

@@ -820,6 +820,68 @@ def _softmax_axis(axis, rank: int) -> int:
     return _norm_axis(axis, rank)
 
 
+_LIBM_EXPF = None
+
+
+def _expf_libm(d: np.ndarray) -> np.ndarray:
+    """The C library's expf, element by element (what MindSpore CPU's softmax along a non-last axis
+    calls); where it cannot be loaded, exp in float64 rounded to float32 (differs from glibc's in
+    about 0.1% of inputs, by 1 ulp)."""
+    global _LIBM_EXPF
+    if _LIBM_EXPF is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            fn = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6").expf
+            fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+            _LIBM_EXPF = np.frompyfunc(lambda v: fn(v), 1, 1)
+        except (OSError, AttributeError):
+            _LIBM_EXPF = False
+    if _LIBM_EXPF is False:
+        with np.errstate(all="ignore"):
+            return np.exp(d.astype(F64)).astype(_F32)
+    return np.asarray(_LIBM_EXPF(d), dtype=_F32).reshape(d.shape)
+
+
+def _softmax_f32_ms(x: np.ndarray, axis: int) -> np.ndarray:
+    """MindSpore 2.10 CPU's float32 softmax (nnacl), which fused kernels reproduce with eager_math
+    (codegen/spec.py `_lower_softmax`): d = x - max in float32; along the last axis e = its own exp
+    (`_exp_ms`), the sum in float32 in its SIMD order (8 partial sums over the whole blocks of 8,
+    added in lane order; then one block of 4 if 4 remain, added in lane order; then the rest one by
+    one) and e * (1 / sum); along another axis e = the C library's expf, the sum in float32 in index
+    order and e / sum. (The rule for rows holding NaN or +inf is applied by the caller.)"""
+    xm = np.moveaxis(x, axis, -1)
+    last = axis == x.ndim - 1
+    n = xm.shape[-1]
+    with np.errstate(all="ignore"):
+        m = np.max(xm, axis=-1, keepdims=True, initial=-np.inf).astype(_F32)
+        d = (xm - m).astype(_F32)
+        e = _exp_ms(d) if last else _expf_libm(d)
+        s = np.zeros(xm.shape[:-1], _F32)
+        k = 0
+        if last:
+            if n >= 8:
+                lanes = np.zeros(xm.shape[:-1] + (8,), _F32)
+                while k + 8 <= n:
+                    lanes = (lanes + e[..., k:k + 8]).astype(_F32)
+                    k += 8
+                h = lanes[..., 0]
+                for j in range(1, 8):
+                    h = (h + lanes[..., j]).astype(_F32)
+                s = (s + h).astype(_F32)
+            if n - k >= 4:
+                q = (_F32(0.0) + e[..., k:k + 4]).astype(_F32)
+                s = (s + (((q[..., 0] + q[..., 1]).astype(_F32) + q[..., 2]).astype(_F32)
+                          + q[..., 3]).astype(_F32)).astype(_F32)
+                k += 4
+        for j in range(k, n):
+            s = (s + e[..., j]).astype(_F32)
+        s = s[..., None]
+        r = (e * (_F32(1.0) / s).astype(_F32)) if last else (e / s)
+    return np.moveaxis(r.astype(_F32), -1, axis)
+
+
 @_impl("softmax", "log_softmax")
 def _softmax(op, args, attrs):
     x = args[0]
@@ -830,7 +892,9 @@ def _softmax(op, args, attrs):
     axis = _softmax_axis(attrs["axis"], xw.ndim)
     with np.errstate(invalid="ignore"):
         m = np.max(xw, axis=axis, keepdims=True, initial=-np.inf)
-        if op == "softmax":
+        if op == "softmax" and x.dtype == _F32:
+            r = _softmax_f32_ms(np.asarray(x).reshape(xw.shape), axis)
+        elif op == "softmax":
             e = np.exp(xw - m)
             r = e / np.sum(e, axis=axis, keepdims=True)
         else:
