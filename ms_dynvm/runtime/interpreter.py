@@ -433,14 +433,19 @@ def _int_div0(x, y, q, dt):
 
 
 def _int_pow(x, y, dt):
-    safe = np.where(y < 0, 0, y)
-    r = np.power(x, safe.astype(dt)).astype(dt)
-    if dt.kind == "u":
-        return r
-    odd = (y % 2) != 0
-    neg_exp = np.where(x == 1, 1, np.where(x == -1, np.where(odd, -1, 1), 0))
-    neg_exp = np.where(x == 0, _cast(np.inf, dt), neg_exp)  # 1/0 cast as x86 does: INT_MIN or 0
-    return np.where(y < 0, neg_exp, r).astype(dt)
+    """Integer pow as MindSpore 2.10 CPU computes it: in double, then converted as x86's cvttsd2si
+    does, to int64 for 8-byte types and to int32 (then wrapped to the type) for the others: a result
+    out of range, or 1/0, is the "integer indefinite" INT_MIN (0 once wrapped to 8 or 16 bits),
+    negative exponents truncate toward 0, and int64 results above 2^53 carry double's rounding
+    (measured: 10^10 in int32 is INT_MIN, 3^39 in int64 is 4052555153018976256)."""
+    bits = 64 if dt.itemsize == 8 else 32
+    lim = float(2 ** (bits - 1))
+    with np.errstate(all="ignore"):
+        p = np.power(np.asarray(x).astype(F64), np.asarray(y).astype(F64))
+        ok = (p >= -lim) & (p < lim)  # (False for NaN)
+        r = np.where(ok, p, 0.0).astype(np.int64 if bits == 64 else np.int32)
+    r = np.where(ok, r, np.iinfo(np.int64 if bits == 64 else np.int32).min)
+    return r.astype(dt)
 
 
 def _fdiv(x, y):

@@ -1048,6 +1048,19 @@ def test_integer_division_and_pow_edge_cases():
     assert _run("div", [np.array([1], np.int32), np.array([2], np.int32)]).dtype == np.float32
 
 
+def test_integer_pow_overflows_as_mindspore_does():
+    # MindSpore 2.10 CPU: pow in double, converted as x86's cvttsd2si (out of range: INT_MIN), to
+    # int64 for int64 and to int32 (then wrapped) below: values measured against eager (a fuzzing
+    # round found the interpreter wrapping instead: 10^10 gave 1410065408).
+    i32 = np.iinfo(np.int32).min
+    r = _run("pow", [np.array([2, 10, 16, -3, 7, 5, 2], np.int32), np.array([31, 10, 8, 21, 12, 3, 30], np.int32)])
+    np.testing.assert_array_equal(r, [i32, i32, i32, i32, i32, 125, 1 << 30])
+    r = _run("pow", [np.array([3, 3, -7, 2], np.int64), np.array([39, 40, 21, 62], np.int64)])
+    np.testing.assert_array_equal(r, [4052555153018976256, np.iinfo(np.int64).min, -558545864083284032, 1 << 62])
+    r = _run("pow", [np.array([2, 10, 0, 2, -7], np.int8), np.array([7, 10, -1, -1, 12], np.int8)])
+    np.testing.assert_array_equal(r, [-128, 0, 0, 0, 0])  # 2^7 wraps; INT_MIN wraps to 0
+
+
 def test_float_mod_follows_floor_formula():
     r = _run("mod", [np.array([1.0, -5.0, 5.5], np.float32), np.array([INF, 3.0, 0.0], np.float32)])
     np.testing.assert_array_equal(r, [NAN, 1.0, NAN])
