@@ -33,12 +33,8 @@ Policy, per key (the numbers are class attributes):
 - a key settles early when one way has its samples and the other's first samples are already
   `EARLY_RATIO` (2x) slower: the slow way is then measured by the probes alone (a 4x-faster VM
   would otherwise pay three 4x-slower bare steps per size class);
-- then the key runs under the VM only while the VM's median over its last `WINDOW` measurements is
-  more than `VM_MARGIN` (3%) below bare's, and goes back to the VM from bare only past another
-  `HYSTERESIS` (5%, so 8% below): a tie, and anything within this machine's run-to-run noise, goes
-  to plain MindSpore (bit-identical to eager, nothing recorded or held; measured near parity the
-  switch otherwise kept the VM by its start and lost to both pure ways, the sampling and probes
-  costing more than the few percent either way could win). The other way is re-measured in one step in `PROBE_EVERY` (at random),
+- then the key runs the way whose median over its last `WINDOW` measurements is lower, switching
+  only past `HYSTERESIS` (5%); the other way is re-measured in one step in `PROBE_EVERY` (at random),
   half as often after each probe that confirms the choice (down to one in `MAX_PROBE_EVERY`: a
   probe of the slower way costs its difference), back to `PROBE_EVERY` when the choice changes;
 - a new key whose group (the other size classes of its anchor) has `PRIOR_KEYS` or more settled
@@ -87,7 +83,6 @@ class StepSwitch:
     WINDOW = 7
     PROBE_EVERY = 16
     MAX_PROBE_EVERY = 256
-    VM_MARGIN = 0.03
     HYSTERESIS = 0.05
     MAX_KEYS = 4096
     ANCHOR_PATIENCE = 64
@@ -197,11 +192,11 @@ class StepSwitch:
                 self.flips += 1
         if len(k.vm) >= self.MIN_SAMPLES and len(k.bare) >= self.MIN_SAMPLES:
             v, b = statistics.median(k.vm), statistics.median(k.bare)
-            if k.on and v > b * (1 - self.VM_MARGIN):
+            if k.on and v > b * (1 + self.HYSTERESIS):
                 k.on = False
                 self.flips += 1
                 k.every = self.PROBE_EVERY
-            elif not k.on and v < b * (1 - self.VM_MARGIN - self.HYSTERESIS):
+            elif not k.on and v < b * (1 - self.HYSTERESIS):
                 k.on = True
                 self.flips += 1
                 k.every = self.PROBE_EVERY
