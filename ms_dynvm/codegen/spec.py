@@ -35,8 +35,10 @@ How a group is lowered
 - Numerics: each value is computed in its dtype's compute type (f16/bf16 in f32, rounded to the
   dtype after every op, as the reference interpreter does); float sums, means, products and the
   norm statistics accumulate in float64 (the reference computes norms in float64; a float32
-  accumulator would drift by up to n*eps); max/min follow the interpreter's NaN rule (first element
-  NaN -> NaN, other NaNs ignored); softmax's max propagates NaN (IEEE semantics, as the reference).
+  accumulator would drift by up to n*eps), except float32 softmax with `eager_math` (the default),
+  whose sum is MindSpore's own float32 sum in its order (`_lower_softmax`, `Step.order`); max/min
+  follow the interpreter's NaN rule (first element NaN -> NaN, other NaNs ignored); softmax's max
+  propagates NaN (IEEE semantics, as the reference).
 
 Unsupported (`CodegenError`, reported by `codegen.supports`): COPY ops other than contiguous,
 matmul/conv, RANDOM/OPAQUE, complex dtypes, f64 transcendental functions, integer
