@@ -15,6 +15,9 @@ Numerics:
 - Transcendental functions (exp, log, tanh, erf, gelu, softmax, layer_norm, var, ...) compute in
   float64 from the input cast to the result dtype, then round once to the result dtype (tested
   against MindSpore's float32 kernels with rtol = atol = 1e-5). erf uses a vectorised `math.erf`.
+  Except where MindSpore's own float32 formula was reproduced and is used instead (so the VM's
+  semantics are eager's values): exp, expm1, log1p, tanh, mish, sigmoid, silu, elu (`_MS_F32`) and
+  softmax (`_softmax_f32_ms`).
 - bf16 values are held in float32 and rounded to bfloat16 (round to nearest even on the bit
   pattern) after every op whose declared result is bf16, and on program inputs/constants; a bf16 op
   is thus computed in f32 and rounded once.
@@ -35,8 +38,9 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
   x - trunc(x/y)*y (so mod(1, inf) is NaN, as in MindSpore).
 - hardswish/hardsigmoid are piecewise (-inf -> 0); var divides by n - correction even when it is
   not positive.
-- Integer pow with a negative exponent: 1 -> 1, -1 -> +-1, others -> 0, except 0 -> inf cast to the
-  dtype (x86: the minimum for i32/i64, 0 for i8/i16/u8).
+- Integer pow is computed in double and converted as x86 does (`_int_pow`): with a negative
+  exponent 1 -> 1, -1 -> +-1, others -> 0, 0 -> inf, and a result out of range is the minimum for
+  i32/i64 (0 once wrapped to i8/i16/u8).
 - mul/div/fmod type a 0-d tensor operand like a scalar (see ir/registry.py), and compute in
   that result dtype (f16[4] * f32[] rounds the f32 value to f16 first).
 - Integer mean truncates toward zero (over no elements: NaN cast to the dtype, INT_MIN for i32);
