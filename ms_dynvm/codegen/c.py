@@ -545,17 +545,7 @@ class CRenderer:
                 self.emit(_combine(acc.kind, acc.var, acc.value))
             self.close()
         else:
-            base = f"{var}_0"
-            self.emit(f"int64_t {base} = 0;")
-            self.open(f"for (; {base} + {LANES} <= {n}; {base} += {LANES})")
-            self.open(f"for (int l = 0; l < {LANES}; l++)")
-            self.emit(f"const int64_t {var} = {base} + l;")
-            for line in body:
-                self.emit(line)
-            for acc in step.accs:
-                self.emit(_combine(acc.kind, f"{acc.var}_l[l]", acc.value))
-            self.close()
-            self.close()
+            base = self._lane_blocks(step, var, n, body)
             self.open(f"for (int64_t {var} = {base}; {var} < {n}; {var}++)")  # peeled tail into lane 0
             for line in body:
                 self.emit(line)
@@ -564,10 +554,9 @@ class CRenderer:
             self.close()
         self.close()
 
-    def _ms8_loop(self, step: Step, var: str, n: str, body: list) -> None:
-        """A sum in MindSpore CPU's float32 softmax order (Step.order "ms8"): LANES partial sums over
-        the whole blocks of LANES, added in lane order; then one block of 4 (if 4 remain), added in
-        lane order; then the rest in index order."""
+    def _lane_blocks(self, step: Step, var: str, n: str, body: list) -> str:
+        """The whole blocks of LANES elements, element l of a block into partial accumulator l;
+        returns the name of the index where the blocks end."""
         base = f"{var}_0"
         self.emit(f"int64_t {base} = 0;")
         self.open(f"for (; {base} + {LANES} <= {n}; {base} += {LANES})")
@@ -576,9 +565,16 @@ class CRenderer:
         for line in body:
             self.emit(line)
         for acc in step.accs:
-            self.emit(f"{acc.var}_l[l] += {acc.value};")
+            self.emit(_combine(acc.kind, f"{acc.var}_l[l]", acc.value))
         self.close()
         self.close()
+        return base
+
+    def _ms8_loop(self, step: Step, var: str, n: str, body: list) -> None:
+        """A sum in MindSpore CPU's float32 softmax order (Step.order "ms8"): LANES partial sums over
+        the whole blocks of LANES, added in lane order; then one block of 4 (if 4 remain), added in
+        lane order; then the rest in index order."""
+        base = self._lane_blocks(step, var, n, body)
         self.open(f"if ({base} > 0)")
         for acc in step.accs:
             T = _CT[acc.ctype]
