@@ -489,7 +489,7 @@ class CRenderer:
         for var, size in step.inner[:-1]:
             self.open(f"for (int64_t {var} = 0; {var} < {c_ix(size)}; {var}++)")
         if step.inner:
-            self._innermost(step, "ms8" if ms8 else lanes)
+            self._innermost(step, lanes)
         else:
             self.open("")
             self._plain(step.body)
@@ -528,7 +528,7 @@ class CRenderer:
         self.open("")
         for line in ctx.base_decls():
             self.emit(line)
-        if lanes == "ms8":
+        if step.is_reduce and step.order == "ms8":
             self._ms8_loop(step, var, n, body)
         elif not step.is_reduce:
             if not self.strict:

@@ -381,8 +381,6 @@ class _Lower:
             self.out_buf.setdefault(r, b)
             self.out_bufs.setdefault(r, []).append(b)
         self.mats: dict = {}  # key (reg or synthetic string) -> _Mat
-        # softmax result register -> "ms_last" | "ms_other" (see _lower_softmax); absent: ours
-        self.softmax_mode: dict = {}
         self.nests: list[Nest] = []
         self.n_tmp = 0
         self.n_var = 0
@@ -732,7 +730,8 @@ class _Lower:
         m = self._mat_value(f"max{out}", sidx)
         d = self.op("f32", "sub_rounded", x, m)  # (x as the max pass saw it: see c.py)
         if ins.op == "softmax":
-            r = self._softmax_scale(out, self._softmax_exp(out, d), self._mat_value(f"sum{out}", sidx))
+            mode = self._softmax_mode(ins)
+            r = self._softmax_scale(mode, self._softmax_exp(mode, d), self._mat_value(f"sum{out}", sidx))
             if _mindspore_softmax_rule(xt, axis):
                 r = self.op("f32", "softmax_fix", r, x, m)
         else:
@@ -740,12 +739,21 @@ class _Lower:
             r = self.op("f32", "log_softmax_fix", r, x, m)
         return self.rounded(r, self.types[out].dtype)
 
-    def _softmax_exp(self, out, d: str) -> str:
-        return self.op("f32", "exp_libm" if self.softmax_mode.get(out) == "ms_other" else "exp", d)
+    def _softmax_mode(self, ins):
+        """How softmax `ins` is computed (see `_lower_softmax`): "last" or "other" (MindSpore's
+        float32 softmax along the last or another axis, under eager_math), or None (ours)."""
+        xt = self.types[int(ins.args[0])]
+        if not (self.eager_math and ins.op == "softmax" and xt.dtype == "f32"
+                and self.types[ins.outs[0]].dtype == "f32"):
+            return None
+        return "last" if _softmax_axis(ins.attrs["axis"], xt.rank) == xt.rank - 1 else "other"
 
-    def _softmax_scale(self, out, e: str, s: str) -> str:
+    def _softmax_exp(self, mode, d: str) -> str:
+        return self.op("f32", "exp_libm" if mode == "other" else "exp", d)
+
+    def _softmax_scale(self, mode, e: str, s: str) -> str:
         """e / s; or e * s, where the sum pass materialised 1/s (MindSpore's last-axis softmax)."""
-        if self.softmax_mode.get(out) == "ms_last":
+        if mode == "last":
             return self.op("f32", "mul", e, s)
         return self.op("f32", "div_plain", e, s)
 
@@ -933,9 +941,8 @@ class _Lower:
         # e * (1/sum); along another axis the C library's expf, the sum in float32 in index order and
         # e / sum. Otherwise (and for log_softmax, whose MindSpore kernel is oneDNN's): exp, a float64
         # sum, e / sum.
-        ms = self.eager_math and ins.op == "softmax" and self.types[out].dtype == "f32" and xt.dtype == "f32"
-        if ms:
-            self.softmax_mode[out] = "ms_last" if axis == xt.rank - 1 else "ms_other"
+        mode = self._softmax_mode(ins)
+        ms = mode is not None
         sum_ct = "f32" if ms else "f64"
 
         def build_sum(outer_vars):
@@ -943,18 +950,18 @@ class _Lower:
 
             def e_eval(idx):
                 d = self.op("f32", "sub_rounded", x_eval_f32(idx), self._mat_value(f"max{out}", natural))
-                e = self._softmax_exp(out, d)
+                e = self._softmax_exp(mode, d)
                 if keep_e:
                     self.code.append(Store(out_bufs[0].name, out_bufs[0].address(idx), e))
                 return e if ms else self.op("f64", "cast", e, src="f32", dst="f64")
 
             step, acc = self._reduction_step(e_eval, xt.shape, (axis,), outer_vars, "sum", sum_ct)
             if ms:
-                step.order = "ms8" if axis == xt.rank - 1 else "seq"
+                step.order = "ms8" if mode == "last" else "seq"
             if ins.op == "softmax":
                 if not ms:
                     s = self.op("f32", "cast", acc, src="f64", dst="f32")
-                elif axis == xt.rank - 1:
+                elif mode == "last":
                     s = self.op("f32", "div_plain", self.const(1.0, "f32"), acc)
                 else:
                     s = acc
@@ -974,7 +981,7 @@ class _Lower:
             idx[axis] = ("v", var)
             idx = tuple(idx)
             e = self.load(out_bufs[0], idx)
-            r = self._softmax_scale(out, e, self._mat_value(f"sum{out}", natural))
+            r = self._softmax_scale(mode, e, self._mat_value(f"sum{out}", natural))
             if _mindspore_softmax_rule(xt, axis):
                 r = self.op("f32", "softmax_fix", r, x_eval_f32(idx), self._mat_value(f"max{out}", natural))
             for b in out_bufs:

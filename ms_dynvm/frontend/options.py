@@ -21,7 +21,7 @@ TypeError (a typo should not be silently ignored).
 | pool_heap_trim_mb | DYNVM_POOL_HEAP_TRIM_MB | 8 | memory pool: at a safe point, once the process RSS has grown by more than this many MiB since the last trim, call glibc `malloc_trim(0)` (at most once a second; skipped where unavailable); 0: never |
 | strict_ieee | DYNVM_STRICT_IEEE | False | kernels use scalar libm, no contraction, fixed reduction order: bitwise run-to-run reproducible |
 | fast_math | DYNVM_FAST_MATH | False | kernels may use looser approximations |
-| eager_math | DYNVM_EAGER_MATH | True | the ops exp, expm1, log1p, tanh, mish, sigmoid, silu and elu in kernels use MindSpore CPU's own formulas, so fused results equal eager's (MindSpore's exp errs by up to 2e-5 relative for abs(x) > 38, its tanh by up to 1e-4 on 3.9 < abs(x) <= 5 and is +-1 beyond 5, its mish is NaN above 44.36); False: ms_dynvm's own functions (<= 2 ulp) |
+| eager_math | DYNVM_EAGER_MATH | True | the ops exp, expm1, log1p, tanh, mish, sigmoid, silu and elu in kernels use MindSpore CPU's own formulas, and float32 softmax its exp, summation order and division, so fused results equal eager's (MindSpore's exp errs by up to 2e-5 relative for abs(x) > 38, its tanh by up to 1e-4 on 3.9 < abs(x) <= 5 and is +-1 beyond 5, its mish is NaN above 44.36); False: ms_dynvm's own functions (<= 2 ulp) |
 | debug | DYNVM_DEBUG | 0 | 1: verify recorded programs; 2: print each closed block's bytecode; 3: also its IR |
 | dump_dir | DYNVM_DUMP_DIR | "" | write each closed block's bytecode there (block_<n>.dvm) |
 """

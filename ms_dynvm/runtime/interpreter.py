@@ -442,14 +442,13 @@ def _int_pow(x, y, dt):
     out of range, or 1/0, is the "integer indefinite" INT_MIN (0 once wrapped to 8 or 16 bits),
     negative exponents truncate toward 0, and int64 results above 2^53 carry double's rounding
     (measured: 10^10 in int32 is INT_MIN, 3^39 in int64 is 4052555153018976256)."""
-    bits = 64 if dt.itemsize == 8 else 32
-    lim = float(2 ** (bits - 1))
+    it = np.dtype(np.int64 if dt.itemsize == 8 else np.int32)
+    lim = -float(np.iinfo(it).min)
     with np.errstate(all="ignore"):
         p = np.power(np.asarray(x).astype(F64), np.asarray(y).astype(F64))
         ok = (p >= -lim) & (p < lim)  # (False for NaN)
-        r = np.where(ok, p, 0.0).astype(np.int64 if bits == 64 else np.int32)
-    r = np.where(ok, r, np.iinfo(np.int64 if bits == 64 else np.int32).min)
-    return r.astype(dt)
+        r = np.where(ok, p, 0.0).astype(it)
+    return np.where(ok, r, np.iinfo(it).min).astype(dt)
 
 
 def _fdiv(x, y):
@@ -844,7 +843,7 @@ def _expf_libm(d: np.ndarray) -> np.ndarray:
 
             fn = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6").expf
             fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
-            _LIBM_EXPF = np.frompyfunc(lambda v: fn(v), 1, 1)
+            _LIBM_EXPF = np.frompyfunc(fn, 1, 1)
         except (OSError, AttributeError):
             _LIBM_EXPF = False
     if _LIBM_EXPF is False:
