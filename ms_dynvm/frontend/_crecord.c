@@ -8,7 +8,7 @@
    the Python path runs alone.
 
    What it reads and writes in the Recorder's __dict__ (its attributes): _plans, epoch, _types, block,
-   program, recording, want_tags, _one_instr, _names, _last_index; it sets last_op and last_tags and
+   program, recording, _views_on, want_tags, _one_instr, _names, _last_index; it sets last_op and last_tags and
    calls close_block("limit") as on_op does. Of the block (slots): _instrs, _pending, _pattrs; of
    the program: _n. An error raised half-way (a failing MindSpore call) propagates as on_op's
    would: the dispatcher counts it and the recorder starts a new block. */
@@ -17,13 +17,14 @@
 #include <Python.h>
 
 static PyObject *TensorType_;   /* mindspore.Tensor */
+static PyObject *ParamTypes_;   /* recorder._PTYPES: the Parameter classes met (keyed as tensors) */
 static PyObject *KEY_;          /* "ms_dynvm" */
 static PyObject *LEGACY_;       /* recorder._LEGACY */
 static PyObject *MULTI_;        /* recorder._MULTI */
 static PyObject *IS_CONTIG_;    /* TensorPy.is_contiguous */
 static PyObject *s_get, *s_set, *s_plans, *s_epoch, *s_types, *s_block, *s_program, *s_recording,
                 *s_want_tags, *s_one_instr, *s_names, *s_last_index, *s_last_op, *s_last_tags,
-                *s_instrs, *s_pending, *s_pattrs, *s_n, *s_close_block, *s_limit, *s_add_view, *s_open_block, *ONE;
+                *s_instrs, *s_pending, *s_pattrs, *s_n, *s_close_block, *s_limit, *s_add_view, *s_open_block, *s_views_on, *ONE;
 
 #define MAXARGS 16
 
@@ -36,7 +37,12 @@ static PyObject *get_tag(PyObject *t) {
 static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *parts,
                     PyObject **pregs, Py_ssize_t *np) {
     PyTypeObject *ta = Py_TYPE(a);
-    if ((PyObject *)ta == TensorType_) {
+    int is_param = 0;
+    if ((PyObject *)ta != TensorType_ && ParamTypes_ != NULL && PySet_GET_SIZE(ParamTypes_)) {
+        is_param = PySet_Contains(ParamTypes_, (PyObject *)ta);
+        if (is_param < 0) return -1;
+    }
+    if ((PyObject *)ta == TensorType_ || is_param) {
         PyObject *tag = get_tag(a);
         if (tag == NULL) return -1;
         if (!PyTuple_CheckExact(tag) || PyTuple_GET_SIZE(tag) != 2) { Py_DECREF(tag); return 1; }
@@ -198,7 +204,10 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             sv = PyObject_VectorcallMethod(s_set, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             if (sv == NULL) goto fail;
         }
-        if (is_view) {  /* self._add_view(out, r, ty, True) */
+        PyObject *von = is_view ? PyDict_GetItemWithError(d, s_views_on) : NULL;
+        int track = von ? PyObject_IsTrue(von) : 0;
+        if (track < 0 || (is_view && von == NULL && PyErr_Occurred())) goto fail;
+        if (track) {  /* self._add_view(out, r, ty, True), where view results are kept (_views_on) */
             PyObject *a[5] = {rec, out, rn, ty, Py_True};
             PyObject *v = PyObject_VectorcallMethod(s_add_view, a, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             if (v == NULL) goto fail;
@@ -280,8 +289,10 @@ static PyObject *hit(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
 }
 
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *t, *k, *l, *m, *c;
-    if (!PyArg_ParseTuple(args, "OUOOO", &t, &k, &l, &m, &c)) return NULL;
+    PyObject *t, *k, *l, *m, *c, *p;
+    if (!PyArg_ParseTuple(args, "OUOOOO", &t, &k, &l, &m, &c, &p)) return NULL;
+    if (!PySet_Check(p)) { PyErr_SetString(PyExc_TypeError, "setup: a set of Parameter classes"); return NULL; }
+    Py_XSETREF(ParamTypes_, Py_NewRef(p));
     Py_XSETREF(IS_CONTIG_, Py_NewRef(c));
     Py_XSETREF(TensorType_, Py_NewRef(t));
     Py_XSETREF(KEY_, Py_NewRef(k));
@@ -292,7 +303,7 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
-    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous)"},
+    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -307,6 +318,7 @@ PyMODINIT_FUNC PyInit__crecord(void) {
     INTERN(s_last_op, "last_op"); INTERN(s_last_tags, "last_tags"); INTERN(s_instrs, "_instrs");
     INTERN(s_pending, "_pending"); INTERN(s_pattrs, "_pattrs"); INTERN(s_n, "_n");
     INTERN(s_close_block, "close_block"); INTERN(s_limit, "limit"); INTERN(s_add_view, "_add_view"); INTERN(s_open_block, "_open_block");
+    INTERN(s_views_on, "_views_on");
     if ((ONE = PyLong_FromLong(1)) == NULL) return NULL;
 #undef INTERN
     return PyModule_Create(&moddef);

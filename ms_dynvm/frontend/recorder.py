@@ -11,7 +11,7 @@ are told apart by their type first). So `on_op` is inlined and does as little as
   legacy primitive nor anything of a tensor but its dtype and shape, not in-place) the lowering is a
   function of the key: per argument, the id of its register's type (a plan keeps the types of its key
   alive, so no other type takes their ids; types read off tensors are interned, `_TYPES`, so equal
-  ones share an id) or its Python type and value (a float zero or NaN, a tensor subclass, a sequence
+  ones share an id) or its Python type and value (a float zero or NaN, a tensor subclass other than Parameter, a sequence
   of anything but ints: no key). And so is
   MindSpore's result type (shape functions of the same inputs), which the plan keeps: a repeated op
   costs one user-data read per tensor argument, one dict lookup and one user-data write, without the
@@ -108,6 +108,16 @@ _IMMEDIATE = frozenset((bool, int, float, type(None)))  # the operands of a lowe
 
 
 _hit = None  # `_crecord.hit` while the C hot path is on (set_c_hot_path), else None
+# The classes of the Parameters seen (MindSpore makes a class per Parameter data type, named
+# Parameter, in module abc): a legacy primitive gets Parameters as they are, and they key plans as
+# tensors do. Filled as on_op meets them (`_param_type`); read by the C hot path too.
+_PTYPES: set = set()
+
+
+def _param_type(ta) -> None:
+    """on_op met an argument of class `ta` that keys no plan: if it is a Parameter class, it will."""
+    if isinstance(ta, type) and issubclass(ta, Parameter) and len(_PTYPES) < 64:
+        _PTYPES.add(ta)
 
 
 def set_c_hot_path(on: bool) -> bool:
@@ -119,7 +129,7 @@ def set_c_hot_path(on: bool) -> bool:
 
         mod = fastpath.load()
         if mod is not None:
-            mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous)
+            mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous, _PTYPES)
             _hit = mod.hit
     return _hit is not None
 
@@ -376,7 +386,7 @@ def _new_plan(plans, key, src, low, mask, dt, shape, ty, is_view, kept, fresh) -
     slots = [k for k in range(len(operands)) if mask >> k & 1]
     # Each tensor operand is a top-level tensor argument: which one, by identity (one object twice
     # would make that ambiguous).
-    tensors = [a for a in src if type(a) is Tensor]
+    tensors = [a for a in src if type(a) is Tensor or type(a) in _PTYPES]
     pos = {id(a): k for k, a in enumerate(tensors)}
     if len(pos) != len(tensors):
         return
@@ -530,6 +540,7 @@ class Recorder:
     @opts.setter
     def opts(self, opts) -> None:
         self._opts = opts
+        self._views_on = self._views_wanted()
         self._max_block_ops = opts.max_block_ops
         self._last_index = opts.max_block_ops - 1  # an instruction at this index closes the block
         self._record = opts.record
@@ -537,6 +548,22 @@ class Recorder:
         self._made = 0  # plans made since the last check (see _made_plan)
         self._made_at = self._ops()
         self._plans_back = 0  # while plans are off: the op count at which they come back
+
+    @property
+    def link_ops(self) -> frozenset:
+        return self._link_ops
+
+    @link_ops.setter
+    def link_ops(self, ops: frozenset) -> None:
+        self._link_ops = ops
+        self._views_on = self._views_wanted()
+
+    def _views_wanted(self) -> bool:
+        """Whether view results are kept as link candidates (`_add_view`, read by `_views_on`): only
+        where an argument may be linked at all (`_link_for`); elsewhere a candidate is work for
+        nothing, and it keeps the view alive."""
+        return (bool(getattr(self, "_link_ops", None)) or getattr(self, "recording", None) is not None
+                or bool(self._opts.debug) or bool(self._opts.dump_dir))
 
     @property
     def phase(self) -> str:
@@ -556,7 +583,7 @@ class Recorder:
         self.want_tags = False
         # VM ops whose view-copy arguments are linked to the view's register in plain mode (see
         # `_link_for`): tier 1 sets its fusible ops.
-        self.link_ops: frozenset = frozenset()
+        self.link_ops = frozenset()
         self.on_close = None  # callback(reason) before a block closes (tier 1 ends its run there)
         self.phase = "fwd"
         self.region = ""
@@ -679,7 +706,7 @@ class Recorder:
         where tier 1 may fuse the op: the Program is dropped when its block closes, and a link only
         saves a register there, at the price of a compare of the whole tensor (a matmul's transposed
         operand in attention's backward: most of the link calls of the attention workloads)."""
-        return (op in self.link_ops or self.recording is not None or bool(self._opts.debug)
+        return (op in self._link_ops or self.recording is not None or bool(self._opts.debug)
                 or bool(self._opts.dump_dir))
 
     def _input_tag(self, t, old, ty=None, link: bool = True) -> tuple:
@@ -767,6 +794,8 @@ class Recorder:
         """`t` (register `reg`, type `ty`) is a view result: a candidate for `_link_view`. `read`:
         the layout of `ty` was read off `t` (a type from the registry's rules may say contiguous for a
         view that is not: then `_link_view` reads the strides)."""
+        if not self._views_on:
+            return
         views = self._views
         keys = self._view_keys  # (dtype, shape) -> number of candidates of it
         if len(views) == _VIEW_CANDIDATES:
@@ -812,7 +841,7 @@ class Recorder:
             fresh = None
             for a in src:
                 ta = type(a)
-                if ta is Tensor:
+                if ta is Tensor or ta in _PTYPES:
                     tag = a._get_user_data(_KEY)
                     if tag is not None and tag[0] == epoch:
                         r = tag[1]
@@ -845,6 +874,7 @@ class Recorder:
                         continue
                     break
                 else:
+                    _param_type(ta)
                     break
             else:
                 key = tuple(parts)
@@ -879,7 +909,7 @@ class Recorder:
                     out._set_user_data(_KEY, otag)
                     if self.recording is not None:
                         self._results.append(out)
-                    if is_view:
+                    if is_view and self._views_on:
                         self._add_view(out, r, ty, True)
                     self.last_op = (block, start, start + 1, outs)
                     if self.want_tags:
@@ -958,7 +988,7 @@ class Recorder:
             out._set_user_data(_KEY, otag)
             if self.recording is not None:
                 self._results.append(out)
-            if is_view:
+            if is_view and self._views_on:
                 self._add_view(out, r, ty, True)
             self.last_op = (block, start, start + 1, outs)
             if name in _INPLACE:
@@ -1108,7 +1138,7 @@ class Recorder:
         start = block.num_instrs()
         results = []
         if pk is not None:  # plan bookkeeping: tensor arguments by identity, in order
-            tensors = [a for a in pk[2] if type(a) is Tensor]
+            tensors = [a for a in pk[2] if type(a) is Tensor or type(a) in _PTYPES]
             argpos = {id(a): k for k, a in enumerate(tensors)}
             if len(argpos) != len(tensors):
                 pk = None  # the same tensor object twice: which argument an operand is is ambiguous
@@ -1233,6 +1263,7 @@ class Recorder:
         self.close_block("end")
         self._new_program()
         self.recording = rec
+        self._views_on = True
         METRICS.recordings += 1
 
     def end_recording(self) -> Recording:
@@ -1251,5 +1282,6 @@ class Recorder:
         rec.outputs = [by_reg[r] for r in prog.outputs]
         rec._epoch = self.epoch
         self.recording = None
+        self._views_on = self._views_wanted()
         self._new_program()
         return rec

@@ -668,3 +668,65 @@ def test_plain_mode_links_view_copies_only_for_fusible_ops(monkeypatch):
     recorded, rec = _link_calls(monkeypatch, fn, record=True, jit=True)
     assert any(name in matmuls and ok for name, ok in recorded) and ("Tanh", True) in recorded, recorded
     assert len(rec.program.inputs) == 1  # a; both copies are linked to their transposes
+
+
+@pytest.mark.parametrize("c_path", [False, True])
+def test_parameters_of_legacy_primitives_key_plans(monkeypatch, c_path):
+    # A legacy primitive (BiasAdd inside nn.Dense) gets the Parameter object itself, whose class
+    # MindSpore makes per data type (named Parameter, in module abc): it keys a plan as a tensor does,
+    # and the C hot path records the repeated op from it.
+    monkeypatch.setitem(R._PLANS, "BiasAdd", {})
+    net = ms.nn.Dense(4, 3)
+    x = Tensor(np.ones((2, 4), np.float32))
+    seen = []
+    on_op = R.Recorder.on_op
+
+    def spy(self, name, args, out):
+        if name == "BiasAdd":
+            seen.append((type(args[2][1]), R._hit is not None and R._hit(self, name, args, out)))
+            if seen[-1][1]:
+                return
+        on_op(self, name, args, out)
+
+    monkeypatch.setattr(R.Recorder, "on_op", spy)
+    monkeypatch.setattr(R, "_PTYPES", R._PTYPES.copy())
+    R._PTYPES.clear()
+    ms_dynvm.enable(jit=False, c_hot_path=c_path)
+    try:
+        assert (R._hit is not None) == c_path
+        for _ in range(3):
+            net(x)
+    finally:
+        ms_dynvm.disable()
+    assert len(seen) == 3 and issubclass(seen[0][0], Parameter) and seen[0][0] is not Parameter
+    assert seen[0][0] in R._PTYPES and len(R._PLANS["BiasAdd"]) == 1
+    # The first call meets the class, the second makes the plan, the third finds it (in C).
+    assert [hit for _, hit in seen] == [False, False, c_path]
+
+
+@pytest.mark.parametrize("c_path", [False, True])
+def test_view_results_kept_only_where_a_link_may_be_made(monkeypatch, c_path):
+    x = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4))
+
+    def fn():
+        y = x.reshape(2, 8)
+        return y.transpose(1, 0) * 2
+
+    ms_dynvm.enable(jit=False, c_hot_path=c_path)
+    try:
+        rec = dispatch._S.recorder
+        for _ in range(2):
+            fn()
+        assert not rec._views_on and len(rec._views) == 0  # no tier 1: no link is ever made
+        rec.link_ops = tier1.FUSIBLE  # what tier 1 sets
+        assert rec._views_on
+        for _ in range(2):
+            fn()
+        assert len(rec._views) > 0
+        rec.link_ops = frozenset()
+        with ms_dynvm.record() as r:
+            assert rec._views_on
+            fn()
+        assert not rec._views_on and r.program.num_instrs() == 3
+    finally:
+        ms_dynvm.disable()
