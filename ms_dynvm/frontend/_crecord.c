@@ -2,13 +2,14 @@
 
    hit(rec, name, args, out) -> bool, rec the Recorder. True: the op was recorded exactly
    as `Recorder.on_op`'s plan-cache branch records it (one instruction whose one result is `out`,
-   every tensor argument already a register of the current program, no recording scope; a view
-   result is typed and registered as a view candidate as on_op does); False: nothing was changed, and the caller runs `Recorder.on_op`, which handles every
-   case. Built at run time by `frontend/fastpath.py` (gcc, cached on disk like kernels); without it
+   no recording scope; a tensor argument that holds no register of the current program yet becomes
+   an input as `_make_inputs` makes it, unless it might be linked to a view, which Python does; a
+   view result is typed and registered as a view candidate as on_op does); False: nothing was
+   changed, and the caller runs `Recorder.on_op`, which handles every case. Built at run time by `frontend/fastpath.py` (gcc, cached on disk like kernels); without it
    the Python path runs alone.
 
    What it reads and writes in the Recorder's __dict__ (its attributes): _plans, epoch, _types, block,
-   program, recording, _views_on, want_tags, _one_instr, _names, _last_index; it sets last_op and last_tags and
+   program, recording, _views_on, _view_keys, _link_all, _link_ops, want_tags, _one_instr, _names, _last_index; it sets last_op and last_tags and
    calls close_block("limit") as on_op does. Of the block (slots): _instrs, _pending, _pattrs; of
    the program: _n. An error raised half-way (a failing MindSpore call) propagates as on_op's
    would: the dispatcher counts it and the recorder starts a new block. */
@@ -18,13 +19,18 @@
 
 static PyObject *TensorType_;   /* mindspore.Tensor */
 static PyObject *ParamTypes_;   /* recorder._PTYPES: the Parameter classes met (keyed as tensors) */
+static PyObject *TYPES_;        /* recorder._TYPES: (id(dtype), shape, contiguous) -> TensorType */
+static PyObject *PKEY_;         /* "ms_dynvm.param" */
+static PyObject *TENSOR_INPUTS_, *PARAM_INPUTS_, *TENSOR_INPUT_FN_, *PARAM_INPUT_FN_;
+static Py_ssize_t n_fresh_hits;  /* ops recorded here that made inputs (stats()) */
 static PyObject *KEY_;          /* "ms_dynvm" */
 static PyObject *LEGACY_;       /* recorder._LEGACY */
 static PyObject *MULTI_;        /* recorder._MULTI */
 static PyObject *IS_CONTIG_;    /* TensorPy.is_contiguous */
 static PyObject *s_get, *s_set, *s_plans, *s_epoch, *s_types, *s_block, *s_program, *s_recording,
                 *s_want_tags, *s_one_instr, *s_names, *s_last_index, *s_last_op, *s_last_tags,
-                *s_instrs, *s_pending, *s_pattrs, *s_n, *s_close_block, *s_limit, *s_add_view, *s_open_block, *s_views_on, *ONE;
+                *s_instrs, *s_pending, *s_pattrs, *s_n, *s_close_block, *s_limit, *s_add_view, *s_open_block, *s_views_on, *s_view_keys, *s_dtype, *s_shape, *s_mdtype, *s_mshape,
+                *s_inputs, *s_link_all, *s_link_ops, *ONE;
 
 #define MAXARGS 16
 
@@ -33,9 +39,34 @@ static PyObject *get_tag(PyObject *t) {
     return PyObject_VectorcallMethod(s_get, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
+/* A tensor argument without a register of this program: made an input once the plan is found. */
+typedef struct {
+    Py_ssize_t k;    /* its index among the tensor arguments (pregs) */
+    PyObject *t;     /* borrowed (args holds it) */
+    PyObject *ty;    /* its TensorType (owned) */
+    PyObject *old;   /* its tag, None or of an earlier program (owned) */
+} Fresh;
+
+/* tensor_type(t) where `_TYPES` has it (owned), NULL with no error where it has not (Python makes
+   it), NULL with an error on failure. */
+static PyObject *known_type(PyObject *t) {
+    PyObject *dt = PyObject_GetAttr(t, s_mdtype);
+    PyObject *shape = dt ? PyObject_GetAttr(t, s_mshape) : NULL;
+    PyObject *c = shape ? PyObject_CallOneArg(IS_CONTIG_, t) : NULL;
+    PyObject *idv = c ? PyLong_FromVoidPtr(dt) : NULL;
+    PyObject *key = idv ? PyTuple_Pack(3, idv, shape, c) : NULL;
+    PyObject *ty = NULL;
+    if (key != NULL) {
+        ty = PyDict_GetItemWithError(TYPES_, key);  /* borrowed */
+        Py_XINCREF(ty);
+    }
+    Py_XDECREF(key); Py_XDECREF(idv); Py_XDECREF(c); Py_XDECREF(shape); Py_XDECREF(dt);
+    return ty;
+}
+
 /* Append the key parts of one argument; 0 ok, 1 no key (the Python path decides), -1 error. */
 static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *parts,
-                    PyObject **pregs, Py_ssize_t *np) {
+                    PyObject **pregs, Py_ssize_t *np, Fresh *fresh, Py_ssize_t *nf) {
     PyTypeObject *ta = Py_TYPE(a);
     int is_param = 0;
     if ((PyObject *)ta != TensorType_ && ParamTypes_ != NULL && PySet_GET_SIZE(ParamTypes_)) {
@@ -45,11 +76,25 @@ static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *par
     if ((PyObject *)ta == TensorType_ || is_param) {
         PyObject *tag = get_tag(a);
         if (tag == NULL) return -1;
-        if (!PyTuple_CheckExact(tag) || PyTuple_GET_SIZE(tag) != 2) { Py_DECREF(tag); return 1; }
-        PyObject *e = PyTuple_GET_ITEM(tag, 0);
-        int same = e == epoch ? 1 : PyObject_RichCompareBool(e, epoch, Py_EQ);
-        if (same <= 0) { Py_DECREF(tag); return same < 0 ? -1 : 1; }  /* a fresh input: Python */
+        int same = 0;
+        if (tag != Py_None) {
+            if (!PyTuple_CheckExact(tag) || PyTuple_GET_SIZE(tag) != 2) { Py_DECREF(tag); return 1; }
+            PyObject *e = PyTuple_GET_ITEM(tag, 0);
+            same = e == epoch ? 1 : PyObject_RichCompareBool(e, epoch, Py_EQ);
+            if (same < 0) { Py_DECREF(tag); return -1; }
+        }
         if (*np >= MAXARGS) { Py_DECREF(tag); return 1; }
+        if (!same) {  /* no register of this program: an input, made once the plan is found */
+            PyObject *ty = known_type(a);
+            if (ty == NULL) { Py_DECREF(tag); return PyErr_Occurred() ? -1 : 1; }
+            PyObject *idv = PyLong_FromVoidPtr(ty);
+            if (idv == NULL || PyList_Append(parts, idv) < 0) { Py_XDECREF(idv); Py_DECREF(ty); Py_DECREF(tag); return -1; }
+            Py_DECREF(idv);
+            fresh[*nf].k = *np; fresh[*nf].t = a; fresh[*nf].ty = ty; fresh[*nf].old = tag;  /* owns both */
+            (*nf)++;
+            pregs[(*np)++] = NULL;
+            return 0;
+        }
         PyObject *r = PyTuple_GET_ITEM(tag, 1);
         PyObject *ty = PyDict_GetItemWithError(types, r);  /* borrowed */
         if (ty == NULL) { Py_DECREF(tag); return PyErr_Occurred() ? -1 : 1; }
@@ -86,6 +131,111 @@ static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *par
     return 1;
 }
 
+/* Recorder._make_inputs for a plan hit, where no argument may be linked to a view (otherwise 1,
+   before anything changed: Python links it). Every fresh argument becomes an input of the program
+   in argument order (the plan has no `order`), as `_input_tag` makes it in plain mode; the same
+   C++ tensor twice is made once (its tag read again). 0 done, 1 not here, -1 error (possibly
+   half-way: the caller counts it as a recorder error, as on_op's). */
+static int make_inputs(PyObject *d, PyObject *prog, PyObject *op, PyObject *epoch, PyObject *types,
+                       Fresh *fresh, Py_ssize_t nf, PyObject **pregs) {
+    PyObject *pnames[MAXARGS] = {NULL};
+    int rc = 1;
+    /* Recorder._link_for(op): op in _link_ops or _link_all */
+    PyObject *lall = PyDict_GetItemWithError(d, s_link_all);
+    PyObject *lops = lall ? PyDict_GetItemWithError(d, s_link_ops) : NULL;
+    if (lops == NULL) return PyErr_Occurred() ? -1 : 1;
+    if (!PyAnySet_Check(lops)) return 1;
+    int views = PyObject_IsTrue(lall);
+    if (views == 0) views = PySet_Contains(lops, op);
+    if (views < 0) return -1;
+    PyObject *vkeys = NULL;
+    if (views) {
+        vkeys = PyDict_GetItemWithError(d, s_view_keys);
+        if (vkeys == NULL) return PyErr_Occurred() ? -1 : 1;
+        if (!PyDict_CheckExact(vkeys)) return 1;
+    }
+    for (Py_ssize_t i = 0; i < nf; i++) {  /* checks first: nothing changes before a return of 1 */
+        if (vkeys != NULL && PyDict_GET_SIZE(vkeys) && fresh[i].old == Py_None) {
+            PyObject *dt = PyObject_GetAttr(fresh[i].ty, s_dtype);
+            PyObject *sh = dt ? PyObject_GetAttr(fresh[i].ty, s_shape) : NULL;
+            PyObject *k = sh ? PyTuple_Pack(2, dt, sh) : NULL;
+            int in = k ? PyDict_Contains(vkeys, k) : -1;
+            Py_XDECREF(k); Py_XDECREF(sh); Py_XDECREF(dt);
+            if (in != 0) { rc = in < 0 ? -1 : 1; goto out; }  /* a view may be linked: Python */
+        }
+        PyObject *a[2] = {fresh[i].t, PKEY_};
+        pnames[i] = PyObject_VectorcallMethod(s_get, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (pnames[i] == NULL) { rc = -1; goto out; }
+        if (pnames[i] == Py_None && (PyObject *)Py_TYPE(fresh[i].t) != TensorType_) goto out;  /* an untagged Parameter */
+    }
+    PyObject *inputs = PyObject_GetAttr(prog, s_inputs);
+    if (inputs == NULL) { rc = -1; goto out; }
+    if (!PyList_CheckExact(inputs)) { Py_DECREF(inputs); goto out; }
+    rc = -1;
+    int again = 0;
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        if (again) {  /* the same C++ tensor may come twice */
+            PyObject *tag = get_tag(fresh[i].t);
+            if (tag == NULL) goto out_inputs;
+            if (PyTuple_CheckExact(tag) && PyTuple_GET_SIZE(tag) == 2) {
+                int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(tag, 0), epoch, Py_EQ);
+                if (same < 0) { Py_DECREF(tag); goto out_inputs; }
+                if (same) {
+                    pregs[fresh[i].k] = Py_NewRef(PyTuple_GET_ITEM(tag, 1));
+                    Py_DECREF(tag);
+                    continue;
+                }
+            }
+            Py_DECREF(tag);
+        }
+        PyObject *rn = PyObject_GetAttr(prog, s_n);
+        if (rn == NULL) goto out_inputs;
+        pregs[fresh[i].k] = rn;  /* owned by pregs from here */
+        PyObject *n1 = PyNumber_Add(rn, ONE);
+        if (n1 == NULL) goto out_inputs;
+        int bad = PyObject_SetAttr(prog, s_n, n1) < 0 || PyDict_SetItem(types, rn, fresh[i].ty) < 0;
+        Py_DECREF(n1);
+        if (bad) goto out_inputs;
+        PyObject *inp;  /* owned */
+        if (pnames[i] == Py_None) {  /* _TENSOR_INPUTS[r], or _tensor_input(r) */
+            Py_ssize_t r = PyLong_AsSsize_t(rn);
+            if (r == -1 && PyErr_Occurred()) goto out_inputs;
+            inp = r >= 0 && r < PyList_GET_SIZE(TENSOR_INPUTS_) ? Py_NewRef(PyList_GET_ITEM(TENSOR_INPUTS_, r))
+                                                                : PyObject_CallOneArg(TENSOR_INPUT_FN_, rn);
+        } else {  /* _PARAM_INPUTS.get((r, name)), or _param_input(r, name) */
+            PyObject *k = PyTuple_Pack(2, rn, pnames[i]);
+            if (k == NULL) goto out_inputs;
+            inp = PyDict_GetItemWithError(PARAM_INPUTS_, k);
+            Py_XINCREF(inp);
+            Py_DECREF(k);
+            if (inp == NULL) {
+                if (PyErr_Occurred()) goto out_inputs;
+                PyObject *a[2] = {rn, pnames[i]};
+                inp = PyObject_Vectorcall(PARAM_INPUT_FN_, a, 2, NULL);
+            }
+        }
+        if (inp == NULL) goto out_inputs;
+        bad = PyList_Append(inputs, inp) < 0;
+        Py_DECREF(inp);
+        if (bad) goto out_inputs;
+        PyObject *tag = PyTuple_Pack(2, epoch, rn);
+        if (tag == NULL) goto out_inputs;
+        PyObject *a[3] = {fresh[i].t, KEY_, tag};
+        PyObject *sv = PyObject_VectorcallMethod(s_set, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(tag);
+        if (sv == NULL) goto out_inputs;
+        Py_DECREF(sv);
+        again = 1;
+    }
+    rc = 0;
+    n_fresh_hits++;
+out_inputs:
+    Py_DECREF(inputs);
+out:
+    for (Py_ssize_t i = 0; i < nf; i++) Py_XDECREF(pnames[i]);
+    return rc;
+}
+
 static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *args, PyObject *out) {
     if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(args)) Py_RETURN_FALSE;
     if (TensorType_ == NULL || (PyObject *)Py_TYPE(out) != TensorType_) Py_RETURN_FALSE;
@@ -112,12 +262,13 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             if (PyList_Append(parts, LEGACY_) < 0) { Py_DECREF(parts); return NULL; }
         }
     }
-    PyObject *pregs[MAXARGS];
-    Py_ssize_t np = 0, n = PyTuple_GET_SIZE(src);
+    PyObject *pregs[MAXARGS];  /* owned; NULL for a fresh argument until its input is made */
+    Fresh fresh[MAXARGS];
+    Py_ssize_t np = 0, nf = 0, n = PyTuple_GET_SIZE(src);
     PyObject *result = NULL;
     PyObject *plan = NULL;  /* owned while in use: the calls below run Python code */
     for (Py_ssize_t i = 0; i < n; i++) {
-        int rc = key_part(PyTuple_GET_ITEM(src, i), epoch, types, parts, pregs, &np);
+        int rc = key_part(PyTuple_GET_ITEM(src, i), epoch, types, parts, pregs, &np, fresh, &nf);
         if (rc < 0) goto done;
         if (rc > 0) { result = Py_False; Py_INCREF(result); goto done; }
     }
@@ -142,6 +293,13 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         if (PyTuple_GET_ITEM(plan, 6) != Py_None) {
             /* `order`: on_op reads last_tags back off the tensors then (_read_tags): Python */
             result = Py_False; Py_INCREF(result); goto done;
+        }
+        if (nf) {  /* the fresh arguments become inputs (Recorder._make_inputs) */
+            PyObject *prog0 = PyDict_GetItemWithError(d, s_program);
+            if (prog0 == NULL) { if (!PyErr_Occurred()) { result = Py_False; Py_INCREF(result); } goto done; }
+            int rc = make_inputs(d, prog0, op, epoch, types, fresh, nf, pregs);
+            if (rc < 0) goto done;
+            if (rc > 0) { result = Py_False; Py_INCREF(result); goto done; }
         }
 
         PyObject *block = PyDict_GetItemWithError(d, s_block);  /* borrowed */
@@ -270,7 +428,8 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         Py_XDECREF(n1); Py_XDECREF(st); Py_XDECREF(st1); Py_XDECREF(ty); Py_XDECREF(operands);
     }
 done:
-    for (Py_ssize_t i = 0; i < np; i++) Py_DECREF(pregs[i]);
+    for (Py_ssize_t i = 0; i < np; i++) Py_XDECREF(pregs[i]);
+    for (Py_ssize_t i = 0; i < nf; i++) { Py_DECREF(fresh[i].ty); Py_DECREF(fresh[i].old); }
     Py_XDECREF(plan);
     Py_DECREF(parts);
     return result;
@@ -289,8 +448,12 @@ static PyObject *hit(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
 }
 
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *t, *k, *l, *m, *c, *p;
-    if (!PyArg_ParseTuple(args, "OUOOOO", &t, &k, &l, &m, &c, &p)) return NULL;
+    PyObject *t, *k, *l, *m, *c, *p, *ty, *pk, *ti, *pi, *tf, *pf;
+    if (!PyArg_ParseTuple(args, "OUOOOOO!UO!O!OO", &t, &k, &l, &m, &c, &p, &PyDict_Type, &ty, &pk,
+                          &PyList_Type, &ti, &PyDict_Type, &pi, &tf, &pf)) return NULL;
+    Py_XSETREF(TYPES_, Py_NewRef(ty)); Py_XSETREF(PKEY_, Py_NewRef(pk));
+    Py_XSETREF(TENSOR_INPUTS_, Py_NewRef(ti)); Py_XSETREF(PARAM_INPUTS_, Py_NewRef(pi));
+    Py_XSETREF(TENSOR_INPUT_FN_, Py_NewRef(tf)); Py_XSETREF(PARAM_INPUT_FN_, Py_NewRef(pf));
     if (!PySet_Check(p)) { PyErr_SetString(PyExc_TypeError, "setup: a set of Parameter classes"); return NULL; }
     Py_XSETREF(ParamTypes_, Py_NewRef(p));
     Py_XSETREF(IS_CONTIG_, Py_NewRef(c));
@@ -301,9 +464,14 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *stats(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("{sn}", "fresh_hits", n_fresh_hits);
+}
+
 static PyMethodDef methods[] = {
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
-    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes)"},
+    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input)"},
+    {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs}"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -318,7 +486,9 @@ PyMODINIT_FUNC PyInit__crecord(void) {
     INTERN(s_last_op, "last_op"); INTERN(s_last_tags, "last_tags"); INTERN(s_instrs, "_instrs");
     INTERN(s_pending, "_pending"); INTERN(s_pattrs, "_pattrs"); INTERN(s_n, "_n");
     INTERN(s_close_block, "close_block"); INTERN(s_limit, "limit"); INTERN(s_add_view, "_add_view"); INTERN(s_open_block, "_open_block");
-    INTERN(s_views_on, "_views_on");
+    INTERN(s_views_on, "_views_on"); INTERN(s_view_keys, "_view_keys"); INTERN(s_dtype, "dtype");
+    INTERN(s_shape, "shape"); INTERN(s_mdtype, "_dtype"); INTERN(s_mshape, "_shape"); INTERN(s_inputs, "inputs");
+    INTERN(s_link_all, "_link_all"); INTERN(s_link_ops, "_link_ops");
     if ((ONE = PyLong_FromLong(1)) == NULL) return NULL;
 #undef INTERN
     return PyModule_Create(&moddef);

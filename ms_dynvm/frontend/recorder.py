@@ -129,7 +129,8 @@ def set_c_hot_path(on: bool) -> bool:
 
         mod = fastpath.load()
         if mod is not None:
-            mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous, _PTYPES)
+            mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous, _PTYPES, _TYPES, _PKEY, _TENSOR_INPUTS,
+                      _PARAM_INPUTS, _tensor_input, _param_input)
             _hit = mod.hit
     return _hit is not None
 
@@ -540,7 +541,7 @@ class Recorder:
     @opts.setter
     def opts(self, opts) -> None:
         self._opts = opts
-        self._views_on = self._views_wanted()
+        self._update_links()
         self._max_block_ops = opts.max_block_ops
         self._last_index = opts.max_block_ops - 1  # an instruction at this index closes the block
         self._record = opts.record
@@ -556,14 +557,15 @@ class Recorder:
     @link_ops.setter
     def link_ops(self, ops: frozenset) -> None:
         self._link_ops = ops
-        self._views_on = self._views_wanted()
+        self._update_links()
 
-    def _views_wanted(self) -> bool:
-        """Whether view results are kept as link candidates (`_add_view`, read by `_views_on`): only
-        where an argument may be linked at all (`_link_for`); elsewhere a candidate is work for
-        nothing, and it keeps the view alive."""
-        return (bool(getattr(self, "_link_ops", None)) or getattr(self, "recording", None) is not None
-                or bool(self._opts.debug) or bool(self._opts.dump_dir))
+    def _update_links(self) -> None:
+        """`_link_all`: every op's arguments may be linked to views (`_link_for`); `_views_on`: some
+        op's may, so view results are kept as link candidates (`_add_view`; elsewhere a candidate is
+        work for nothing, and it keeps the view alive). Both read by the C hot path too."""
+        self._link_all = (getattr(self, "recording", None) is not None or bool(self._opts.debug)
+                          or bool(self._opts.dump_dir))
+        self._views_on = self._link_all or bool(getattr(self, "_link_ops", None))
 
     @property
     def phase(self) -> str:
@@ -706,8 +708,7 @@ class Recorder:
         where tier 1 may fuse the op: the Program is dropped when its block closes, and a link only
         saves a register there, at the price of a compare of the whole tensor (a matmul's transposed
         operand in attention's backward: most of the link calls of the attention workloads)."""
-        return (op in self._link_ops or self.recording is not None or bool(self._opts.debug)
-                or bool(self._opts.dump_dir))
+        return op in self._link_ops or self._link_all
 
     def _input_tag(self, t, old, ty=None, link: bool = True) -> tuple:
         """`t`, whose tag is `old` (None or of an earlier program), holds no register of this program:
@@ -1263,7 +1264,7 @@ class Recorder:
         self.close_block("end")
         self._new_program()
         self.recording = rec
-        self._views_on = True
+        self._update_links()
         METRICS.recordings += 1
 
     def end_recording(self) -> Recording:
@@ -1282,6 +1283,6 @@ class Recorder:
         rec.outputs = [by_reg[r] for r in prog.outputs]
         rec._epoch = self.epoch
         self.recording = None
-        self._views_on = self._views_wanted()
+        self._update_links()
         self._new_program()
         return rec
