@@ -2,7 +2,8 @@
 
    hit(rec, name, args, out) -> bool, rec the Recorder. True: the op was recorded exactly
    as `Recorder.on_op`'s plan-cache branch records it (one instruction whose one result is `out`,
-   no recording scope; a tensor argument that holds no register of the current program yet becomes
+   or a cached lowering of several instructions or results as `_run_multi` records it; no recording
+   scope; a tensor argument that holds no register of the current program yet becomes
    an input as `_make_inputs` makes it, unless it might be linked to a view, which Python does; a
    view result is typed and registered as a view candidate as on_op does); False: nothing was
    changed, and the caller runs `Recorder.on_op`, which handles every case. Built at run time by `frontend/fastpath.py` (gcc, cached on disk like kernels); without it
@@ -23,6 +24,8 @@ static PyObject *TYPES_;        /* recorder._TYPES: (id(dtype), shape, contiguou
 static PyObject *PKEY_;         /* "ms_dynvm.param" */
 static PyObject *TENSOR_INPUTS_, *PARAM_INPUTS_, *TENSOR_INPUT_FN_, *PARAM_INPUT_FN_;
 static Py_ssize_t n_fresh_hits;  /* ops recorded here that made inputs (stats()) */
+static Py_ssize_t n_multi_hits;  /* ops recorded here from a plan of several instructions (stats()) */
+static PyObject *METRICS_;      /* ms_dynvm.metrics.METRICS */
 static PyObject *KEY_;          /* "ms_dynvm" */
 static PyObject *LEGACY_;       /* recorder._LEGACY */
 static PyObject *MULTI_;        /* recorder._MULTI */
@@ -30,7 +33,7 @@ static PyObject *IS_CONTIG_;    /* TensorPy.is_contiguous */
 static PyObject *s_get, *s_set, *s_plans, *s_epoch, *s_types, *s_block, *s_program, *s_recording,
                 *s_want_tags, *s_one_instr, *s_names, *s_last_index, *s_last_op, *s_last_tags,
                 *s_instrs, *s_pending, *s_pattrs, *s_n, *s_close_block, *s_limit, *s_add_view, *s_open_block, *s_views_on, *s_view_keys, *s_dtype, *s_shape, *s_mdtype, *s_mshape,
-                *s_inputs, *s_link_all, *s_link_ops, *ONE;
+                *s_inputs, *s_link_all, *s_link_ops, *s_max_block_ops, *s_ops_recorded, *s_instrs_m, *ONE;
 
 #define MAXARGS 16
 
@@ -131,114 +134,412 @@ static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *par
     return 1;
 }
 
-/* Recorder._make_inputs for a plan hit, where no argument may be linked to a view (otherwise 1,
-   before anything changed: Python links it). Every fresh argument becomes an input of the program
-   in argument order (the plan has no `order`), as `_input_tag` makes it in plain mode; the same
-   C++ tensor twice is made once (its tag read again). 0 done, 1 not here, -1 error (possibly
-   half-way: the caller counts it as a recorder error, as on_op's). */
-static int make_inputs(PyObject *d, PyObject *prog, PyObject *op, PyObject *epoch, PyObject *types,
-                       Fresh *fresh, Py_ssize_t nf, PyObject **pregs) {
-    PyObject *pnames[MAXARGS] = {NULL};
-    int rc = 1;
-    /* Recorder._link_for(op): op in _link_ops or _link_all */
-    PyObject *lall = PyDict_GetItemWithError(d, s_link_all);
-    PyObject *lops = lall ? PyDict_GetItemWithError(d, s_link_ops) : NULL;
-    if (lops == NULL) return PyErr_Occurred() ? -1 : 1;
-    if (!PyAnySet_Check(lops)) return 1;
-    int views = PyObject_IsTrue(lall);
-    if (views == 0) views = PySet_Contains(lops, op);
-    if (views < 0) return -1;
+/* Checks before any input is made (nothing changes here): 0 go on (pnames[i] holds each fresh
+   argument's Parameter name or None, owned), 1 not here (Python: an argument that may be linked to
+   a view, an untagged Parameter), -1 error. `link`: view links apply to these arguments
+   (Recorder._link_for; _run_multi checks the view candidates whatever the op). */
+static int fresh_checks(PyObject *d, int link, Fresh *fresh, Py_ssize_t nf, PyObject **pnames) {
     PyObject *vkeys = NULL;
-    if (views) {
+    if (link) {
         vkeys = PyDict_GetItemWithError(d, s_view_keys);
         if (vkeys == NULL) return PyErr_Occurred() ? -1 : 1;
         if (!PyDict_CheckExact(vkeys)) return 1;
     }
-    for (Py_ssize_t i = 0; i < nf; i++) {  /* checks first: nothing changes before a return of 1 */
+    for (Py_ssize_t i = 0; i < nf; i++) {
         if (vkeys != NULL && PyDict_GET_SIZE(vkeys) && fresh[i].old == Py_None) {
             PyObject *dt = PyObject_GetAttr(fresh[i].ty, s_dtype);
             PyObject *sh = dt ? PyObject_GetAttr(fresh[i].ty, s_shape) : NULL;
             PyObject *k = sh ? PyTuple_Pack(2, dt, sh) : NULL;
             int in = k ? PyDict_Contains(vkeys, k) : -1;
             Py_XDECREF(k); Py_XDECREF(sh); Py_XDECREF(dt);
-            if (in != 0) { rc = in < 0 ? -1 : 1; goto out; }  /* a view may be linked: Python */
+            if (in != 0) return in < 0 ? -1 : 1;  /* a view may be linked: Python */
         }
         PyObject *a[2] = {fresh[i].t, PKEY_};
         pnames[i] = PyObject_VectorcallMethod(s_get, a, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (pnames[i] == NULL) { rc = -1; goto out; }
-        if (pnames[i] == Py_None && (PyObject *)Py_TYPE(fresh[i].t) != TensorType_) goto out;  /* an untagged Parameter */
+        if (pnames[i] == NULL) return -1;
+        if (pnames[i] == Py_None && (PyObject *)Py_TYPE(fresh[i].t) != TensorType_) return 1;  /* an untagged Parameter */
     }
-    PyObject *inputs = PyObject_GetAttr(prog, s_inputs);
-    if (inputs == NULL) { rc = -1; goto out; }
-    if (!PyList_CheckExact(inputs)) { Py_DECREF(inputs); goto out; }
+    return 0;
+}
+
+/* Recorder._input_tag in plain mode for fresh argument `f` (Parameter name or None `pname`): a new
+   register of the program, an input record, the tag; with `*again` (an input was made before in
+   this op: the same C++ tensor may come twice) the tag is read again first. 0 or -1. */
+static int make_input(PyObject *prog, PyObject *inputs, PyObject *epoch, PyObject *types, Fresh *f,
+                      PyObject *pname, PyObject **pregs, int *again) {
+    if (*again) {
+        PyObject *tag = get_tag(f->t);
+        if (tag == NULL) return -1;
+        if (PyTuple_CheckExact(tag) && PyTuple_GET_SIZE(tag) == 2) {
+            int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(tag, 0), epoch, Py_EQ);
+            if (same < 0) { Py_DECREF(tag); return -1; }
+            if (same) {
+                pregs[f->k] = Py_NewRef(PyTuple_GET_ITEM(tag, 1));
+                Py_DECREF(tag);
+                return 0;
+            }
+        }
+        Py_DECREF(tag);
+    }
+    PyObject *rn = PyObject_GetAttr(prog, s_n);
+    if (rn == NULL) return -1;
+    pregs[f->k] = rn;  /* owned by pregs from here */
+    PyObject *n1 = PyNumber_Add(rn, ONE);
+    if (n1 == NULL) return -1;
+    int bad = PyObject_SetAttr(prog, s_n, n1) < 0 || PyDict_SetItem(types, rn, f->ty) < 0;
+    Py_DECREF(n1);
+    if (bad) return -1;
+    PyObject *inp;  /* owned */
+    if (pname == Py_None) {  /* _TENSOR_INPUTS[r], or _tensor_input(r) */
+        Py_ssize_t r = PyLong_AsSsize_t(rn);
+        if (r == -1 && PyErr_Occurred()) return -1;
+        inp = r >= 0 && r < PyList_GET_SIZE(TENSOR_INPUTS_) ? Py_NewRef(PyList_GET_ITEM(TENSOR_INPUTS_, r))
+                                                            : PyObject_CallOneArg(TENSOR_INPUT_FN_, rn);
+    } else {  /* _PARAM_INPUTS.get((r, name)), or _param_input(r, name) */
+        PyObject *k = PyTuple_Pack(2, rn, pname);
+        if (k == NULL) return -1;
+        inp = PyDict_GetItemWithError(PARAM_INPUTS_, k);
+        Py_XINCREF(inp);
+        Py_DECREF(k);
+        if (inp == NULL) {
+            if (PyErr_Occurred()) return -1;
+            PyObject *a[2] = {rn, pname};
+            inp = PyObject_Vectorcall(PARAM_INPUT_FN_, a, 2, NULL);
+        }
+    }
+    if (inp == NULL) return -1;
+    bad = PyList_Append(inputs, inp) < 0;
+    Py_DECREF(inp);
+    if (bad) return -1;
+    PyObject *tag = PyTuple_Pack(2, epoch, rn);
+    if (tag == NULL) return -1;
+    PyObject *a[3] = {f->t, KEY_, tag};
+    PyObject *sv = PyObject_VectorcallMethod(s_set, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(tag);
+    if (sv == NULL) return -1;
+    Py_DECREF(sv);
+    *again = 1;
+    return 0;
+}
+
+/* Recorder._link_for(op): op in _link_ops or _link_all; -1 error. */
+static int link_for(PyObject *d, PyObject *op) {
+    PyObject *lall = PyDict_GetItemWithError(d, s_link_all);
+    PyObject *lops = lall ? PyDict_GetItemWithError(d, s_link_ops) : NULL;
+    if (lops == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_link_all/_link_ops");
+        return -1;
+    }
+    int all = PyObject_IsTrue(lall);
+    if (all != 0) return all;
+    return PyAnySet_Check(lops) ? PySet_Contains(lops, op) : 1;
+}
+
+/* Recorder._make_inputs for a single-instruction plan hit (no `order`: argument order), where no
+   argument may be linked to a view (otherwise 1, before anything changed: Python links it). 0 done,
+   1 not here, -1 error (possibly half-way: the caller counts it as a recorder error, as on_op's). */
+static int make_inputs(PyObject *d, PyObject *prog, PyObject *op, PyObject *epoch, PyObject *types,
+                       Fresh *fresh, Py_ssize_t nf, PyObject **pregs) {
+    PyObject *pnames[MAXARGS] = {NULL};
+    int link = link_for(d, op);
+    int rc = link < 0 ? -1 : fresh_checks(d, link, fresh, nf, pnames);
+    if (rc == 0) {
+        PyObject *inputs = PyObject_GetAttr(prog, s_inputs);
+        if (inputs == NULL) rc = -1;
+        else if (!PyList_CheckExact(inputs)) rc = 1;
+        else {
+            int again = 0;
+            for (Py_ssize_t i = 0; i < nf && rc == 0; i++)
+                rc = make_input(prog, inputs, epoch, types, &fresh[i], pnames[i], pregs, &again);
+            if (rc == 0) n_fresh_hits++;
+        }
+        Py_XDECREF(inputs);
+    }
+    for (Py_ssize_t i = 0; i < nf; i++) Py_XDECREF(pnames[i]);
+    return rc;
+}
+
+/* self.block, opened (Recorder._open_block) where none is: borrowed, or NULL with an error. */
+static PyObject *open_block(PyObject *rec, PyObject *d) {
+    PyObject *block = PyDict_GetItemWithError(d, s_block);  /* borrowed */
+    if (block == NULL && PyErr_Occurred()) return NULL;
+    if (block == NULL || block == Py_None) {
+        PyObject *a[1] = {rec};
+        PyObject *b = PyObject_VectorcallMethod(s_open_block, a, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (b == NULL) return NULL;
+        Py_DECREF(b);  /* the recorder holds it (self.block) */
+        block = PyDict_GetItemWithError(d, s_block);
+        if (block == NULL || block == Py_None) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "_open_block opened no block");
+            return NULL;
+        }
+    }
+    return block;
+}
+
+/* `obj.attr += k` for an int attribute. */
+static int attr_add(PyObject *obj, PyObject *attr, Py_ssize_t k) {
+    PyObject *v = PyObject_GetAttr(obj, attr);
+    if (v == NULL) return -1;
+    PyObject *dk = PyLong_FromSsize_t(k);
+    PyObject *v2 = dk ? PyNumber_Add(v, dk) : NULL;
+    int rc = v2 ? PyObject_SetAttr(obj, attr, v2) : -1;
+    Py_XDECREF(v2); Py_XDECREF(dk); Py_DECREF(v);
+    return rc;
+}
+
+static int malformed(const char *what) {
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "malformed plan (%s)", what);
+    return -1;
+}
+
+/* One step of a plan of several instructions: (op, ospec, mask, attrs, tys, views, first). Appends
+   the instruction to the block and its result registers (a tuple) to `results`. 0 or -1. */
+static int multi_step(PyObject *step, PyObject *prog, PyObject *types, PyObject *pending, PyObject *pattrs,
+                      PyObject *results, PyObject **pregs, Py_ssize_t np, PyObject **outs_t, Py_ssize_t nout) {
+    PyObject *op = PyTuple_GET_ITEM(step, 0), *ospec = PyTuple_GET_ITEM(step, 1);
+    PyObject *mask = PyTuple_GET_ITEM(step, 2), *attrs = PyTuple_GET_ITEM(step, 3);
+    PyObject *tys = PyTuple_GET_ITEM(step, 4), *views = PyTuple_GET_ITEM(step, 5);
+    PyObject *rn = PyObject_GetAttr(prog, s_n);
+    if (rn == NULL) return -1;
+    Py_ssize_t r = PyLong_AsSsize_t(rn);
+    Py_DECREF(rn);
+    if (r == -1 && PyErr_Occurred()) return -1;
+    Py_ssize_t no = PyTuple_GET_SIZE(ospec), nt = PyTuple_GET_SIZE(tys);
+    int rc = -1;
+    PyObject *outs = NULL, *raw = NULL, *rend = NULL;
+    PyObject *regs = PyTuple_New(no);
+    if (regs == NULL) return -1;
+    for (Py_ssize_t j = 0; j < no; j++) {  /* (kind, x, y): 0 argument x, 1 result y of step x, 2 immediate x */
+        PyObject *sp = PyTuple_GET_ITEM(ospec, j), *v = NULL;
+        if (!PyTuple_CheckExact(sp) || PyTuple_GET_SIZE(sp) != 3) { malformed("operand"); goto out; }
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(sp, 0));
+        if (kind == 0) {
+            Py_ssize_t x = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 1));
+            if (x >= 0 && x < np) v = pregs[x];
+        } else if (kind == 1) {
+            Py_ssize_t x = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 1));
+            Py_ssize_t y = PyLong_AsSsize_t(PyTuple_GET_ITEM(sp, 2));
+            if (x >= 0 && x < PyList_GET_SIZE(results)) {
+                PyObject *ro = PyList_GET_ITEM(results, x);
+                if (y >= 0 && y < PyTuple_GET_SIZE(ro)) v = PyTuple_GET_ITEM(ro, y);
+            }
+        } else if (kind == 2) {
+            v = PyTuple_GET_ITEM(sp, 1);
+        }
+        if (v == NULL) { malformed("operand"); goto out; }
+        PyTuple_SET_ITEM(regs, j, Py_NewRef(v));
+    }
+    outs = PyTuple_New(nt);
+    if (outs == NULL) goto out;
+    for (Py_ssize_t j = 0; j < nt; j++) {
+        PyObject *rr = PyLong_FromSsize_t(r + j);
+        if (rr == NULL) goto out;
+        PyTuple_SET_ITEM(outs, j, rr);
+        if (PyDict_SetItem(types, rr, PyTuple_GET_ITEM(tys, j)) < 0) goto out;
+    }
+    for (Py_ssize_t v = 0; v < PyTuple_GET_SIZE(views); v++) {  /* (j, k, pair): the layout read off result k */
+        PyObject *vw = PyTuple_GET_ITEM(views, v);
+        if (!PyTuple_CheckExact(vw) || PyTuple_GET_SIZE(vw) != 3) { malformed("view"); goto out; }
+        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(vw, 0)), k = PyLong_AsSsize_t(PyTuple_GET_ITEM(vw, 1));
+        if (j < 0 || j >= nt || k < 0 || k >= nout) { malformed("view"); goto out; }
+        PyObject *c = PyObject_CallOneArg(IS_CONTIG_, outs_t[k]);
+        PyObject *ty = c ? PyObject_GetItem(PyTuple_GET_ITEM(vw, 2), c) : NULL;
+        Py_XDECREF(c);
+        int bad = ty == NULL || PyDict_SetItem(types, PyTuple_GET_ITEM(outs, j), ty) < 0;
+        Py_XDECREF(ty);
+        if (bad) goto out;
+    }
+    rend = PyLong_FromSsize_t(r + nt);
+    if (rend == NULL || PyObject_SetAttr(prog, s_n, rend) < 0) goto out;
+    raw = PyTuple_Pack(4, op, regs, outs, mask);
+    if (raw == NULL || PyList_Append(pending, raw) < 0 || PyList_Append(pattrs, attrs) < 0
+            || PyList_Append(results, outs) < 0) goto out;
+    rc = 0;
+out:
+    Py_XDECREF(regs); Py_XDECREF(outs); Py_XDECREF(raw); Py_XDECREF(rend);
+    return rc;
+}
+
+/* last_tags as _read_tags(args, out) makes them: the tags read off the tensor arguments (of the
+   legacy form's inputs: `src`) and results. 0 or -1. */
+static int read_tags(PyObject *d, PyObject *src, PyObject **outs_t, Py_ssize_t nout) {
+    PyObject *at = PyList_New(0), *ot = PyList_New(0), *tags = NULL;
+    int bad = at == NULL || ot == NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(src) && !bad; i++) {
+        PyObject *a = PyTuple_GET_ITEM(src, i);
+        int is_t = (PyObject *)Py_TYPE(a) == TensorType_;
+        if (!is_t) {
+            is_t = PySet_Contains(ParamTypes_, (PyObject *)Py_TYPE(a));
+            if (is_t < 0) { bad = 1; break; }
+        }
+        if (!is_t) continue;
+        PyObject *t = get_tag(a);
+        bad = t == NULL || PyList_Append(at, t) < 0;
+        Py_XDECREF(t);
+    }
+    for (Py_ssize_t k = 0; k < nout && !bad; k++) {
+        PyObject *t = get_tag(outs_t[k]);
+        bad = t == NULL || PyList_Append(ot, t) < 0;
+        Py_XDECREF(t);
+    }
+    if (!bad) tags = PyTuple_Pack(2, at, ot);
+    Py_XDECREF(at); Py_XDECREF(ot);
+    bad = bad || tags == NULL || PyDict_SetItem(d, s_last_tags, tags) < 0;
+    Py_XDECREF(tags);
+    return bad ? -1 : 0;
+}
+
+/* Recorder._run_multi for a plan hit: the cached lowering of several instructions or results; the
+   fresh arguments become inputs before the first step that reads each. 1 recorded, 0 not here
+   (nothing changed: a result structure other than the plan's, a result that is not a plain Tensor,
+   a fresh argument that may be linked to a view), -1 error. */
+static int run_multi(PyObject *rec, PyObject *d, PyObject *name, PyObject *src, PyObject *out,
+                     PyObject *plan, PyObject *epoch, PyObject *types, PyObject **pregs, Py_ssize_t np,
+                     Fresh *fresh, Py_ssize_t nf) {
+    PyObject *steps = PyTuple_GET_ITEM(plan, 1), *louts = PyTuple_GET_ITEM(plan, 2);
+    PyObject *ninstr = PyTuple_GET_ITEM(plan, 3);
+    if (!PyTuple_CheckExact(steps) || !PyTuple_CheckExact(louts) || !PyLong_CheckExact(ninstr)) return 0;
+    PyObject *one_out[1] = {out};
+    PyObject **outs_t = one_out;
+    Py_ssize_t nout = 1;
+    if (PyTuple_CheckExact(out) || PyList_CheckExact(out)) {
+        nout = PySequence_Fast_GET_SIZE(out);
+        outs_t = PySequence_Fast_ITEMS(out);
+    }
+    Py_ssize_t nl = PyTuple_GET_SIZE(louts), ns = PyTuple_GET_SIZE(steps);
+    if (nout != nl) return 0;
+    for (Py_ssize_t k = 0; k < nout; k++) {
+        PyObject *lo = PyTuple_GET_ITEM(louts, k);
+        if ((PyObject *)Py_TYPE(outs_t[k]) != TensorType_ || !PyTuple_CheckExact(lo) || PyTuple_GET_SIZE(lo) != 3)
+            return 0;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *st = PyTuple_GET_ITEM(steps, i);
+        if (!PyTuple_CheckExact(st) || PyTuple_GET_SIZE(st) != 7 || !PyTuple_CheckExact(PyTuple_GET_ITEM(st, 1))
+                || !PyTuple_CheckExact(PyTuple_GET_ITEM(st, 4)) || !PyTuple_CheckExact(PyTuple_GET_ITEM(st, 5))
+                || !PyTuple_CheckExact(PyTuple_GET_ITEM(st, 6)))
+            return 0;
+    }
+    PyObject *pnames[MAXARGS] = {NULL};
+    PyObject *inputs = NULL;
+    int rc = 0;
+    if (nf) {
+        rc = fresh_checks(d, 1, fresh, nf, pnames);  /* (_run_multi: any view candidate, any op) */
+        if (rc == 0) {
+            PyObject *prog0 = PyDict_GetItemWithError(d, s_program);
+            inputs = prog0 ? PyObject_GetAttr(prog0, s_inputs) : NULL;
+            if (inputs == NULL) rc = PyErr_Occurred() ? -1 : 1;
+            else if (!PyList_CheckExact(inputs)) rc = 1;
+        }
+        if (rc != 0) {
+            for (Py_ssize_t i = 0; i < nf; i++) Py_XDECREF(pnames[i]);
+            Py_XDECREF(inputs);
+            return rc < 0 ? -1 : 0;
+        }
+    }
     rc = -1;
+    /* From here on the recorder changes: an error is a recorder error, as on_op's. */
     int again = 0;
-    for (Py_ssize_t i = 0; i < nf; i++) {
-        if (again) {  /* the same C++ tensor may come twice */
-            PyObject *tag = get_tag(fresh[i].t);
-            if (tag == NULL) goto out_inputs;
-            if (PyTuple_CheckExact(tag) && PyTuple_GET_SIZE(tag) == 2) {
-                int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(tag, 0), epoch, Py_EQ);
-                if (same < 0) { Py_DECREF(tag); goto out_inputs; }
-                if (same) {
-                    pregs[fresh[i].k] = Py_NewRef(PyTuple_GET_ITEM(tag, 1));
-                    Py_DECREF(tag);
-                    continue;
-                }
-            }
-            Py_DECREF(tag);
+    PyObject *prog = NULL, *pending = NULL, *instrs = NULL, *pattrs = NULL, *results = NULL;
+    PyObject *lastouts = NULL, *last = NULL, *st0 = NULL, *st1 = NULL;
+    PyObject *block = open_block(rec, d);
+    if (block == NULL) goto out;
+    prog = PyDict_GetItemWithError(d, s_program);
+    if (prog == NULL) { malformed("no program"); goto out; }
+    pending = PyObject_GetAttr(block, s_pending);
+    instrs = pending ? PyObject_GetAttr(block, s_instrs) : NULL;
+    pattrs = instrs ? PyObject_GetAttr(block, s_pattrs) : NULL;
+    results = pattrs ? PyList_New(0) : NULL;
+    if (results == NULL) goto out;
+    if (!PyList_CheckExact(pending) || !PyList_CheckExact(instrs) || !PyList_CheckExact(pattrs)) {
+        malformed("block");
+        goto out;
+    }
+    Py_ssize_t start = PyList_GET_SIZE(instrs) + PyList_GET_SIZE(pending);
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *step = PyTuple_GET_ITEM(steps, i), *first = PyTuple_GET_ITEM(step, 6);
+        for (Py_ssize_t q = 0; nf && q < PyTuple_GET_SIZE(first); q++) {  /* inputs read first here */
+            Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(first, q));
+            if (k == -1 && PyErr_Occurred()) goto out;
+            for (Py_ssize_t f = 0; f < nf; f++)
+                if (fresh[f].k == k && pregs[k] == NULL
+                        && make_input(prog, inputs, epoch, types, &fresh[f], pnames[f], pregs, &again) < 0)
+                    goto out;
         }
-        PyObject *rn = PyObject_GetAttr(prog, s_n);
-        if (rn == NULL) goto out_inputs;
-        pregs[fresh[i].k] = rn;  /* owned by pregs from here */
-        PyObject *n1 = PyNumber_Add(rn, ONE);
-        if (n1 == NULL) goto out_inputs;
-        int bad = PyObject_SetAttr(prog, s_n, n1) < 0 || PyDict_SetItem(types, rn, fresh[i].ty) < 0;
-        Py_DECREF(n1);
-        if (bad) goto out_inputs;
-        PyObject *inp;  /* owned */
-        if (pnames[i] == Py_None) {  /* _TENSOR_INPUTS[r], or _tensor_input(r) */
-            Py_ssize_t r = PyLong_AsSsize_t(rn);
-            if (r == -1 && PyErr_Occurred()) goto out_inputs;
-            inp = r >= 0 && r < PyList_GET_SIZE(TENSOR_INPUTS_) ? Py_NewRef(PyList_GET_ITEM(TENSOR_INPUTS_, r))
-                                                                : PyObject_CallOneArg(TENSOR_INPUT_FN_, rn);
-        } else {  /* _PARAM_INPUTS.get((r, name)), or _param_input(r, name) */
-            PyObject *k = PyTuple_Pack(2, rn, pnames[i]);
-            if (k == NULL) goto out_inputs;
-            inp = PyDict_GetItemWithError(PARAM_INPUTS_, k);
-            Py_XINCREF(inp);
-            Py_DECREF(k);
-            if (inp == NULL) {
-                if (PyErr_Occurred()) goto out_inputs;
-                PyObject *a[2] = {rn, pnames[i]};
-                inp = PyObject_Vectorcall(PARAM_INPUT_FN_, a, 2, NULL);
-            }
+        if (multi_step(step, prog, types, pending, pattrs, results, pregs, np, outs_t, nout) < 0) goto out;
+    }
+    lastouts = PyTuple_New(nl);
+    if (lastouts == NULL) goto out;
+    PyObject *von = PyDict_GetItemWithError(d, s_views_on);
+    if (von == NULL && PyErr_Occurred()) goto out;
+    int track = von ? PyObject_IsTrue(von) : 0;
+    if (track < 0) goto out;
+    for (Py_ssize_t k = 0; k < nl; k++) {  /* (i, j, view): bind the results */
+        PyObject *lo = PyTuple_GET_ITEM(louts, k);
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(lo, 0)), j = PyLong_AsSsize_t(PyTuple_GET_ITEM(lo, 1));
+        if (i < 0 || i >= PyList_GET_SIZE(results) || j < 0 || j >= PyTuple_GET_SIZE(PyList_GET_ITEM(results, i))) {
+            malformed("output");
+            goto out;
         }
-        if (inp == NULL) goto out_inputs;
-        bad = PyList_Append(inputs, inp) < 0;
-        Py_DECREF(inp);
-        if (bad) goto out_inputs;
-        PyObject *tag = PyTuple_Pack(2, epoch, rn);
-        if (tag == NULL) goto out_inputs;
-        PyObject *a[3] = {fresh[i].t, KEY_, tag};
+        PyObject *reg = PyTuple_GET_ITEM(PyList_GET_ITEM(results, i), j);
+        PyTuple_SET_ITEM(lastouts, k, Py_NewRef(reg));
+        PyObject *tag = PyTuple_Pack(2, epoch, reg);
+        if (tag == NULL) goto out;
+        PyObject *a[3] = {outs_t[k], KEY_, tag};
         PyObject *sv = PyObject_VectorcallMethod(s_set, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         Py_DECREF(tag);
-        if (sv == NULL) goto out_inputs;
+        if (sv == NULL) goto out;
         Py_DECREF(sv);
-        again = 1;
+        int view = PyObject_IsTrue(PyTuple_GET_ITEM(lo, 2));
+        if (view < 0) goto out;
+        if (view && track) {  /* self._add_view(t, reg, types[reg]) */
+            PyObject *ty = PyDict_GetItemWithError(types, reg);
+            if (ty == NULL) { malformed("view type"); goto out; }
+            PyObject *b[4] = {rec, outs_t[k], reg, ty};
+            PyObject *v = PyObject_VectorcallMethod(s_add_view, b, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (v == NULL) goto out;
+            Py_DECREF(v);
+        }
     }
-    rc = 0;
-    n_fresh_hits++;
-out_inputs:
-    Py_DECREF(inputs);
+    Py_ssize_t n_instrs = PyLong_AsSsize_t(ninstr);
+    if (n_instrs == -1 && PyErr_Occurred()) goto out;
+    st0 = PyLong_FromSsize_t(start);
+    st1 = PyLong_FromSsize_t(start + n_instrs);
+    last = (st0 && st1) ? PyTuple_Pack(4, block, st0, st1, lastouts) : NULL;
+    if (last == NULL || PyDict_SetItem(d, s_last_op, last) < 0) goto out;
+    PyObject *want = PyDict_GetItemWithError(d, s_want_tags);
+    int w = want ? PyObject_IsTrue(want) : (PyErr_Occurred() ? -1 : 0);
+    if (w < 0 || (w ? read_tags(d, src, outs_t, nout) : PyDict_SetItem(d, s_last_tags, Py_None)) < 0) goto out;
+    PyObject *names = PyDict_GetItemWithError(d, s_names);
+    if (names == NULL) { malformed("_names"); goto out; }
+    if (PyList_Append(names, name) < 0) goto out;
+    if (attr_add(METRICS_, s_ops_recorded, 1) < 0 || attr_add(METRICS_, s_instrs_m, n_instrs) < 0) goto out;
+    PyObject *mx = PyDict_GetItemWithError(d, s_max_block_ops);
+    if (mx == NULL) { malformed("_max_block_ops"); goto out; }
+    Py_ssize_t lim = PyLong_AsSsize_t(mx);
+    if (lim == -1 && PyErr_Occurred()) goto out;
+    if (start + n_instrs >= lim) {
+        PyObject *r = PyObject_CallMethodOneArg(rec, s_close_block, s_limit);
+        if (r == NULL) goto out;
+        Py_DECREF(r);
+    }
+    n_multi_hits++;
+    if (nf) n_fresh_hits++;
+    rc = 1;
 out:
     for (Py_ssize_t i = 0; i < nf; i++) Py_XDECREF(pnames[i]);
+    Py_XDECREF(inputs);
+    Py_XDECREF(pending); Py_XDECREF(instrs); Py_XDECREF(pattrs); Py_XDECREF(results);
+    Py_XDECREF(lastouts); Py_XDECREF(last); Py_XDECREF(st0); Py_XDECREF(st1);
     return rc;
 }
 
 static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *args, PyObject *out) {
     if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(args)) Py_RETURN_FALSE;
-    if (TensorType_ == NULL || (PyObject *)Py_TYPE(out) != TensorType_) Py_RETURN_FALSE;
+    if (TensorType_ == NULL) Py_RETURN_FALSE;
+    int out_tensor = (PyObject *)Py_TYPE(out) == TensorType_;
+    if (!out_tensor && !PyTuple_CheckExact(out) && !PyList_CheckExact(out)) Py_RETURN_FALSE;
     PyObject *plans_all = PyDict_GetItemWithError(d, s_plans);
     if (plans_all == NULL || !PyDict_CheckExact(plans_all)) goto miss_or_err;
     PyObject *plans = PyDict_GetItemWithError(plans_all, name);
@@ -282,8 +583,14 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             result = Py_False; Py_INCREF(result); goto done;
         }
         Py_INCREF(plan);
-        if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 8 || PyTuple_GET_ITEM(plan, 0) == MULTI_) {
-            result = Py_False; Py_INCREF(result); goto done;  /* several instructions: Python */
+        if (PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 5 && PyTuple_GET_ITEM(plan, 0) == MULTI_) {
+            /* several instructions or results */
+            int rc = run_multi(rec, d, name, src, out, plan, epoch, types, pregs, np, fresh, nf);
+            if (rc < 0) goto done;
+            result = rc ? Py_True : Py_False; Py_INCREF(result); goto done;
+        }
+        if (!out_tensor || !PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) != 8) {
+            result = Py_False; Py_INCREF(result); goto done;  /* Python */
         }
         PyObject *op = PyTuple_GET_ITEM(plan, 0), *fill = PyTuple_GET_ITEM(plan, 1);
         PyObject *mask = PyTuple_GET_ITEM(plan, 2), *attrs = PyTuple_GET_ITEM(plan, 3);
@@ -448,9 +755,10 @@ static PyObject *hit(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
 }
 
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *t, *k, *l, *m, *c, *p, *ty, *pk, *ti, *pi, *tf, *pf;
-    if (!PyArg_ParseTuple(args, "OUOOOOO!UO!O!OO", &t, &k, &l, &m, &c, &p, &PyDict_Type, &ty, &pk,
-                          &PyList_Type, &ti, &PyDict_Type, &pi, &tf, &pf)) return NULL;
+    PyObject *t, *k, *l, *m, *c, *p, *ty, *pk, *ti, *pi, *tf, *pf, *me;
+    if (!PyArg_ParseTuple(args, "OUOOOOO!UO!O!OOO", &t, &k, &l, &m, &c, &p, &PyDict_Type, &ty, &pk,
+                          &PyList_Type, &ti, &PyDict_Type, &pi, &tf, &pf, &me)) return NULL;
+    Py_XSETREF(METRICS_, Py_NewRef(me));
     Py_XSETREF(TYPES_, Py_NewRef(ty)); Py_XSETREF(PKEY_, Py_NewRef(pk));
     Py_XSETREF(TENSOR_INPUTS_, Py_NewRef(ti)); Py_XSETREF(PARAM_INPUTS_, Py_NewRef(pi));
     Py_XSETREF(TENSOR_INPUT_FN_, Py_NewRef(tf)); Py_XSETREF(PARAM_INPUT_FN_, Py_NewRef(pf));
@@ -465,13 +773,13 @@ static PyObject *setup(PyObject *self, PyObject *args) {
 }
 
 static PyObject *stats(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("{sn}", "fresh_hits", n_fresh_hits);
+    return Py_BuildValue("{snsn}", "fresh_hits", n_fresh_hits, "multi_hits", n_multi_hits);
 }
 
 static PyMethodDef methods[] = {
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
-    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input)"},
-    {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs}"},
+    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input, METRICS)"},
+    {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs, 'multi_hits': from plans of several instructions}"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -489,6 +797,7 @@ PyMODINIT_FUNC PyInit__crecord(void) {
     INTERN(s_views_on, "_views_on"); INTERN(s_view_keys, "_view_keys"); INTERN(s_dtype, "dtype");
     INTERN(s_shape, "shape"); INTERN(s_mdtype, "_dtype"); INTERN(s_mshape, "_shape"); INTERN(s_inputs, "inputs");
     INTERN(s_link_all, "_link_all"); INTERN(s_link_ops, "_link_ops");
+    INTERN(s_max_block_ops, "_max_block_ops"); INTERN(s_ops_recorded, "ops_recorded"); INTERN(s_instrs_m, "instrs");
     if ((ONE = PyLong_FromLong(1)) == NULL) return NULL;
 #undef INTERN
     return PyModule_Create(&moddef);

@@ -1,8 +1,8 @@
 """The recorder's hot path in C (`_crecord.c`): built with gcc at first use, cached, loaded.
 
 `Recorder.on_op` first offers each op to `_crecord.hit`, which records an op that finds its plan
-(the common case of a steady loop: one instruction; tensor arguments that are registers already, or
-become inputs and could not be linked to a view) exactly as on_op's Python plan-cache branch does, and returns False for anything else, which
+(the common case of a steady loop: one instruction, or a cached lowering of several; tensor
+arguments that are registers already, or become inputs and could not be linked to a view) exactly as on_op's Python plan-cache branch does, and returns False for anything else, which
 then takes the Python path unchanged (tests/frontend/test_recorder.py checks both against a
 reference recorder).
 

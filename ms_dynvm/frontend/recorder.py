@@ -130,7 +130,7 @@ def set_c_hot_path(on: bool) -> bool:
         mod = fastpath.load()
         if mod is not None:
             mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous, _PTYPES, _TYPES, _PKEY, _TENSOR_INPUTS,
-                      _PARAM_INPUTS, _tensor_input, _param_input)
+                      _PARAM_INPUTS, _tensor_input, _param_input, METRICS)
             _hit = mod.hit
     return _hit is not None
 

@@ -352,9 +352,9 @@ def test_record_scope_matches_reference(monkeypatch, name):
     assert rec.program.num_instrs() == want.num_instrs() > 0
 
 
-def _plain_mode_vs_reference(monkeypatch, name) -> int:
-    """Run case `name` twice in plain mode beside the reference; the number of ops the C hot path
-    recorded with inputs made (fresh arguments) meanwhile."""
+def _plain_mode_vs_reference(monkeypatch, name) -> dict:
+    """Run case `name` twice in plain mode beside the reference; the numbers of ops the C hot path
+    recorded meanwhile with inputs made (fresh arguments) and from plans of several instructions."""
     fn, inputs = CASES[name]
     holder, log = {}, []
     _follow(monkeypatch, holder, log)
@@ -365,13 +365,13 @@ def _plain_mode_vs_reference(monkeypatch, name) -> int:
     holder["ref"] = ref = ReferenceRecorder(dispatch._S.recorder, recording=False)
     c_path = fastpath.load()
     assert c_path is not None and R._hit is not None  # (gcc and Python.h are on every machine we test on)
-    fresh_before = c_path.stats()["fresh_hits"]
+    before = c_path.stats()
     fn(*inputs)
     fn(*inputs)
     ms_dynvm.disable()
     assert log and all(real == exp for _, real, exp in log), [x for x in log if x[1] != x[2]][:3]
     assert holder["closed"] == ref.closed and len(ref.closed) > 2
-    return c_path.stats()["fresh_hits"] - fresh_before
+    return {k: v - before[k] for k, v in c_path.stats().items()}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -379,11 +379,15 @@ def test_plain_mode_blocks_match_reference(monkeypatch, name):
     _plain_mode_vs_reference(monkeypatch, name)
 
 
-@pytest.mark.parametrize("name", ["attention", "mlp"])
-def test_c_hot_path_makes_inputs(monkeypatch, name):
+@pytest.mark.parametrize("name", ["attention", "mlp", "layernorm_gelu"])
+def test_c_hot_path_makes_inputs_and_runs_multi_plans(monkeypatch, name):
     # Plan hits whose arguments hold no register yet (a Parameter in each new Program, a view's
-    # copy) are recorded in C, identically to the reference.
-    assert _plain_mode_vs_reference(monkeypatch, name) > 0
+    # copy), and plans of several instructions (LayerNorm, LogSoftmaxGrad), are recorded in C,
+    # identically to the reference.
+    hits = _plain_mode_vs_reference(monkeypatch, name)
+    assert hits["fresh_hits"] > 0, hits
+    if name != "attention":
+        assert hits["multi_hits"] > 0, hits
 
 
 def _tier1_tags(args, out):
