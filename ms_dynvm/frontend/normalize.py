@@ -98,7 +98,7 @@ from typing import NamedTuple
 
 from mindspore.common.tensor import Tensor
 
-from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float
+from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float, promote
 
 __all__ = ["Tmp", "Lowering", "META", "INPLACE", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
            "mutated_tensor", "covered_names"]
@@ -360,24 +360,24 @@ def _divmod(a, prim):
     if type(x) in _NUMBER_TYPES and type(y) in _NUMBER_TYPES:
         raise _Unsupported
     if op == "trunc_div":
-        # Integer operands: MindSpore divides in float32 (float64 for int64), truncates and casts
-        # back with x86's conversion (measured: int32 16777217 // 1 is 16777216, x // 0 is INT_MIN,
-        # and 0 for int8/int16/uint8, which wrap from int32).
-        dts = {vm_dtype(v.dtype) for v in (x, y) if type(v) not in _NUMBER_TYPES}
-        if len(dts) == 1 and not any(type(v) is float for v in (x, y)):
-            dt = dts.pop()
-            if dt in ("i8", "i16", "u8", "i32", "i64"):
-                f = "f64" if dt == "i64" else "f32"
-                xs = [("cast", (v,), {"dtype": f}) for v in (x, y) if type(v) not in _NUMBER_TYPES]
-                opnds, k = [], 0
-                for v in (x, y):
-                    if type(v) in _NUMBER_TYPES:
-                        opnds.append(float(v))
-                    else:
-                        opnds.append(Tmp(k))
-                        k += 1
-                return Lowering(xs + [("div", tuple(opnds), {}), ("trunc", (Tmp(k),), {}),
-                                      ("cast", (Tmp(k + 1),), {"dtype": dt})], (Tmp(k + 2),))
+        # An integer result: MindSpore divides in float32 (int64 too: 2^40 + 1 // 1 is 2^40),
+        # truncates and casts back with x86's conversion through int32 (int64 for int64): int32
+        # 16777217 // 1 is 16777216, x // 0 is INT_MIN, and 0 for int8/int16/uint8, which wrap from
+        # int32 (measured). Mixed operands (i32 and bool, u8 and i8) in their promoted dtype.
+        dts = [vm_dtype(v.dtype) for v in (x, y) if type(v) not in _NUMBER_TYPES]
+        dt = dts[0] if len(dts) == 1 else promote(dts[0], dts[1])
+        scalars = [v for v in (x, y) if type(v) in _NUMBER_TYPES]
+        if dt in ("i8", "i16", "u8", "i32", "i64") and all(type(v) is int for v in scalars):
+            xs = [("cast", (v,), {"dtype": "f32"}) for v in (x, y) if type(v) not in _NUMBER_TYPES]
+            opnds, k = [], 0
+            for v in (x, y):
+                if type(v) in _NUMBER_TYPES:
+                    opnds.append(float(v))
+                else:
+                    opnds.append(Tmp(k))
+                    k += 1
+            return Lowering(xs + [("div", tuple(opnds), {}), ("trunc", (Tmp(k),), {}),
+                                  ("cast", (Tmp(k + 1),), {"dtype": dt})], (Tmp(k + 2),))
     return (op, (x, y), {})
 
 

@@ -195,9 +195,10 @@ def test_floor_div_floor_mod_and_remainder_are_bit_equal_to_mindspore():
 
 
 def test_integer_division_with_rounding_mode_trunc_goes_through_float_as_in_mindspore():
-    """mint.div(x, y, rounding_mode='trunc') on integers: MindSpore divides in float32 (float64 for
-    int64) and converts back as x86 does (x // 0 is INT_MIN; int8/int16/uint8 wrap it to 0;
-    16777217 // 1 is 16777216 in int32). Recorded and interpreted bit-equal."""
+    """mint.div(x, y, rounding_mode='trunc') on integers: MindSpore divides in float32 (int64 too)
+    and converts back as x86 does (x // 0 is INT_MIN; int8/int16/uint8 wrap it to 0; 16777217 // 1
+    is 16777216 in int32, 2^40 + 1 // 1 is 2^40 in int64); mixed operands (int32 and bool, uint8 and
+    int8) in their promoted dtype. Recorded and interpreted bit-equal."""
     from mindspore import mint
 
     cases = []
@@ -209,6 +210,11 @@ def test_integer_division_with_rounding_mode_trunc_goes_through_float_as_in_mind
         cases += [(mint.div, x, y, "trunc"), (mint.div, x, y, "floor")]
     big = ms.Tensor(np.array([2147483647, 16777217, -16777217, 7], np.int32))
     cases.append((mint.div, big, ms.Tensor(np.array([1, 1, 1, 2], np.int32)), "trunc"))
+    big64 = ms.Tensor(np.array([2**40 + 1, 2**62 + 1, -7, 9], np.int64))
+    cases.append((mint.div, big64, ms.Tensor(np.array([1, 3, 0, 2], np.int64)), "trunc"))
+    cases.append((mint.div, big, ms.Tensor(np.array([True, False, True, True])), "trunc"))
+    cases.append((mint.div, ms.Tensor(np.array([200, 7, 5, 0], np.uint8)),
+                  ms.Tensor(np.array([3, 0, -2, 0], np.int8)), "trunc"))
     want = [f(a, b, rounding_mode=m).asnumpy() for f, a, b, m in cases]
     with ms_dynvm.record() as rec:
         outs = [f(a, b, rounding_mode=m) for f, a, b, m in cases]
