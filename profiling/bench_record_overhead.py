@@ -8,6 +8,11 @@ garbage is collected before the first round.
 Configurations:
 - eager:        no dispatch mode at all
 - passthrough:  an MsDispatchMode whose handler only calls `func(*args)` (twice: passthrough2, A/A)
+- id-floor:     a pass-through MsDispatchMode that also does what every exact recorder must do per op
+                in MindSpore 2.10, and nothing else: read the user data of each tensor argument and
+                write the result's (`_get_user_data`/`_set_user_data`, the only tensor identity that
+                survives MindSpore's fresh Python wrappers; see frontend/recorder.py). Its overhead
+                over passthrough is a floor under any recorder built on that identity.
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
                 (ops that find their plan recorded by the C hot path, frontend/_crecord.c)
@@ -132,6 +137,20 @@ def main() -> None:
         def __ms_dispatch__(self, func, a, kwargs=None):
             return func(*a)
 
+    id_key = "bench.id_floor"
+    id_n = [0]
+
+    class IdFloor(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, a, kwargs=None):
+            out = func(*a)
+            for x in a:
+                if type(x) is ms.Tensor:
+                    x._get_user_data(id_key)
+            if type(out) is ms.Tensor:
+                id_n[0] += 1
+                out._set_user_data(id_key, (0, id_n[0]))
+            return out
+
     class Counter(ms.MsDispatchMode):
         n = 0
 
@@ -184,6 +203,9 @@ def main() -> None:
         if cfg in ("passthrough", "passthrough2"):
             with PassThrough():
                 return run(fn, inp, calls)
+        if cfg == "id-floor":
+            with IdFloor():
+                return run(fn, inp, calls)
         if cfg.endswith("(timed)"):
             rec_mod.Recorder.on_op = timed_on_op
         ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"),
@@ -194,7 +216,7 @@ def main() -> None:
             ms_dynvm.disable()
             rec_mod.Recorder.on_op = orig_on_op
 
-    configs = (["eager", "passthrough", "passthrough2", "count-only", "record", "record-py"]
+    configs = (["eager", "passthrough", "passthrough2", "id-floor", "count-only", "record", "record-py"]
                + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
     for cfg in configs:  # warm-up
@@ -290,10 +312,12 @@ def main() -> None:
           "with passthrough in the same round (wall | thread cpu); A/A: passthrough2, the noise floor; "
           "handler: recorder cpu per op (median, mean); replay: recorder alone (median, min, new: "
           "plan caches emptied, py: Python only); gc: collector time per op in record; "
-          "record-py wall: end to end of the Python-only recorder; py handler: its handler median, mean")
+          "record-py wall: end to end of the Python-only recorder; py handler: its handler median, mean; "
+          "id floor: the id-floor handler (user data read per tensor argument, written per result)")
     print(f"{'workload':16s} {'record wall':>11s} {'cpu':>7s} {'count wall':>10s} {'cpu':>7s} "
           f"{'A/A wall':>8s} {'cpu':>7s} {'handler med':>11s} {'mean':>7s} {'replay med':>10s} "
-          f"{'min':>6s} {'new':>6s} {'py':>6s} {'gc':>6s} {'rec-py wall':>11s} {'py handler':>10s} {'mean':>6s}")
+          f"{'min':>6s} {'new':>6s} {'py':>6s} {'gc':>6s} {'rec-py wall':>11s} {'py handler':>10s} {'mean':>6s} "
+          f"{'id floor':>8s} {'cpu':>6s}")
     for name in cases:
         s = spent[name]
         runs = res[("record", name)]
@@ -304,7 +328,8 @@ def main() -> None:
               f"{statistics.median(s) / 1e3:11.2f} {statistics.mean(s) / 1e3:7.2f} "
               f"{replay[name][0]:10.2f} {replay[name][1]:6.2f} {replay[name][2]:6.2f} {replay[name][3]:6.2f} "
               f"{gc_rec:6.2f} {paired('record-py', name, 0):11.2f} "
-              f"{statistics.median(spent_py[name]) / 1e3:10.2f} {statistics.mean(spent_py[name]) / 1e3:6.2f}")
+              f"{statistics.median(spent_py[name]) / 1e3:10.2f} {statistics.mean(spent_py[name]) / 1e3:6.2f} "
+              f"{paired('id-floor', name, 0):8.2f} {paired('id-floor', name, 1):6.2f}")
 
 
 if __name__ == "__main__":
