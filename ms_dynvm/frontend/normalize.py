@@ -62,7 +62,7 @@ Lowerings that are not one-to-one (value-equal, by construction or by measuremen
   -> `layer_norm`, then rstd = `rsqrt(add(var, eps))`.
 - `ArgMaxWithValue/ArgMinWithValue` return (indices, values): `max_with_index`/`min_with_index`
   with the outputs swapped. `MaxDim/MinDim` return (values, indices) and map directly.
-- `LogSoftmaxGrad(y, dy, axis)` -> dy - exp(y) * sum(dy, axis, keepdims).
+- `LogSoftmaxGrad(y, dy, axis)` -> dy - exp(y) * sum(dy, axis, keepdims), exp(NaN) taken as +inf.
 - `Dense(x, w, b)` -> `matmul{transpose_b}` + `bias_add{axis=-1}`.
 - `StridedSlice` with shrink_axis_mask -> `slice` + `squeeze` (ellipsis/new_axis masks: None).
 - `FillV2(shape, value_tensor)` -> `broadcast_to` + `contiguous`.
@@ -559,14 +559,18 @@ def _log_softmax_ext(a, prim):
 
 
 def _log_softmax_grad(a, prim):
-    # d/dx log_softmax: dx = dy - exp(y) * sum(dy, axis, keepdims)
+    # d/dx log_softmax: dx = dy - exp(y) * sum(dy, axis, keepdims), where MindSpore's kernel (oneDNN)
+    # takes exp(NaN) as +inf (measured: y = [nan, -1] gives -inf, +inf or NaN at the NaN for a
+    # positive, negative or zero sum of dy).
     y, dy, axis = a
     _t(y)
     _t(dy)
-    return Lowering([("exp", (y,), {}),
+    return Lowering([("isnan", (y,), {}),
+                     ("where", (Tmp(0), float("inf"), y), {}),
+                     ("exp", (Tmp(1),), {}),
                      ("sum", (dy,), {"axis": (_int(axis),), "keepdims": True, "dtype": None}),
-                     ("mul", (Tmp(0), Tmp(1)), {}),
-                     ("sub", (dy, Tmp(2)), {})], (Tmp(3),))
+                     ("mul", (Tmp(2), Tmp(3)), {}),
+                     ("sub", (dy, Tmp(4)), {})], (Tmp(5),))
 
 
 def _softmax_backward(a, prim):

@@ -246,3 +246,24 @@ def test_flatten_of_an_empty_tensor_and_bool_trunc_division():
     for o in outs:
         g, w = got[rec.output_index(o)], o.asnumpy()
         assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w), (g, w)
+
+
+def test_log_softmax_grad_takes_exp_of_nan_as_inf():
+    """MindSpore's LogSoftmaxGrad (oneDNN) takes exp(NaN) as +inf: y = [nan, -1] gives -inf, +inf or
+    NaN at the NaN for a positive, negative or zero sum of dy. Recorded and interpreted alike (the
+    finite values within the usual tolerance: oneDNN's exp is not libm's)."""
+    from mindspore.ops.operations import _grad_ops as G
+
+    g = G.LogSoftmaxGrad(-1)
+    cases = [([np.nan, -1.0], [1.0, -1.0]), ([np.nan, -1.0], [0.5, 0.2]), ([np.nan, -1.0], [-3.0, 1.0]),
+             ([-1.0, -2.0, np.nan, -3.0], [1.0, 2.0, 3.0, 4.0]), ([[np.nan] * 3, [-1.0, -2.0, -0.5]], [[1.0, 1.0, 1.0]] * 2)]
+    ins = [(ms.Tensor(np.array(y, np.float32)), ms.Tensor(np.array(dy, np.float32))) for y, dy in cases]
+    want = [g(y, dy).asnumpy() for y, dy in ins]
+    with ms_dynvm.record() as rec:
+        outs = [g(y, dy) for y, dy in ins]
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    for w, o in zip(want, outs):
+        r = got[rec.output_index(o)]
+        assert not np.isfinite(w).all()
+        assert np.array_equal(np.isnan(r), np.isnan(w)) and np.array_equal(r[np.isinf(w)], w[np.isinf(w)]), (w, r)
+        np.testing.assert_allclose(r[np.isfinite(w)], w[np.isfinite(w)], rtol=1e-5, atol=1e-6)
