@@ -28,7 +28,8 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
   gives hi.
 - max/min/argmax/argmin/max_with_index reductions scan the reduced elements in row-major order
   keeping the first extreme: NaN wins only when it is the first element (else NaNs are ignored);
-  ties give the first index. max_pool2d ignores NaN and -inf: its result is at least the lowest
+  ties give the first index. max/min over no elements give NaN (0 for integers): MindSpore's
+  amax/amin give uninitialised memory there (its arg reductions raise, and so does the interpreter). max_pool2d ignores NaN and -inf: its result is at least the lowest
   finite value of the dtype (MindSpore's kernel starts from -FLT_MAX).
 - Division by zero: in float div/floor_div/trunc_div the sign of the zero is ignored (MindSpore's
   tensor-tensor kernels; see the deviations below for scalar operands): x/(+-0) is inf
@@ -733,7 +734,9 @@ def _extreme(op: str, x: np.ndarray, axes) -> np.ndarray:
     """max/min over `axes` (keepdims=False) with MindSpore CPU's NaN rule (see module doc)."""
     rows = _rows(x, axes)
     if rows.shape[-1] == 0:
-        raise InterpreterError(f"{op}: reduction over no elements")
+        # MindSpore hands back uninitialised memory (amax/amin over an empty axis): no value is
+        # right; NaN (0 for integers) lets a program whose empty extreme goes unused run on.
+        return np.full(rows.shape[:-1], np.nan if x.dtype.kind == "f" else 0, x.dtype)
     if x.dtype.kind == "f":
         red = (np.fmax if op == "max" else np.fmin).reduce(rows, axis=-1)
         first = rows[..., 0]

@@ -1328,3 +1328,16 @@ def test_gather_d_grad_of_a_0d_tensor():
 
     out = _gather_d_grad([np.array(0, np.int64), np.array(2.5, np.float32)], {"shape": (), "dim": 0})
     assert out.shape == () and out == 2.5
+
+
+def test_max_min_over_no_elements_give_nan_and_arg_reductions_raise():
+    # MindSpore's amax/amin over an empty axis hand back uninitialised memory: the interpreter gives
+    # NaN (0 for integers) so that a program with such an unused value still runs; its argmax and
+    # max-with-index raise, and so does the interpreter.
+    x = np.zeros((3, 0), np.float32)
+    r = _run("max", [x], axis=(1,), keepdims=True)
+    assert r.shape == (3, 1) and r.dtype == np.float32 and np.isnan(r).all()
+    ri = _run("min", [np.zeros((2, 0), np.int32)], axis=(1,), keepdims=False)
+    assert ri.shape == (2,) and ri.dtype == np.int32 and (ri == 0).all()
+    with pytest.raises(InterpreterError):
+        _run("argmax", [x], axis=1)
