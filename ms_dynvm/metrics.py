@@ -22,16 +22,19 @@ class Metrics:
 
     def reset(self) -> None:
         # Ops not yet counted (the recorder's hot path appends to a list: cheaper than updating
-        # counters): `op_names`, the name of every op seen, all in phase `op_names_phase`, and
-        # `one_instr_ops`, one entry per op recorded as one instruction by the recorder's common
+        # counters): `op_names`, the name of every op seen in phase `op_names_phase` (one list per
+        # phase, `phase_names`: a phase change swaps the list, `set_op_phase`, and counts nothing),
+        # and `one_instr_ops`, one entry per op recorded as one instruction by the recorder's common
         # case. `flush_ops` folds them into ops_seen, ops_by_name, ops_by_phase, ops_recorded and
-        # instrs (the recorder calls it at phase changes and when they grow long; `snapshot` too). Cleared in
-        # place: the recorder holds on to the lists.
+        # instrs (the recorder calls it when they grow long; `snapshot` too). Cleared in place: the
+        # recorder holds on to the lists.
         if "op_names" in self.__dict__:
-            self.op_names.clear()
+            for names in self.phase_names.values():
+                names.clear()
             self.one_instr_ops.clear()
         else:
-            self.op_names: list = []
+            self.phase_names: dict = {"fwd": []}
+            self.op_names: list = self.phase_names["fwd"]
             self.op_names_phase = "fwd"
             self.one_instr_ops: list = []
         self.ops_seen = 0  # every dispatched op, meta ops included
@@ -62,14 +65,26 @@ class Metrics:
         self.step_flips = 0  # a step key's way changed (VM -> bare or back)
         self.steps_bare = 0  # step keys whose chosen way was bare at the last flip
 
+    def set_op_phase(self, phase: str) -> None:
+        """Ops seen from now on are counted in `phase` (`op_names` is that phase's list now)."""
+        names = self.phase_names.get(phase)
+        if names is None:
+            names = self.phase_names[phase] = []
+        self.op_names = names
+        self.op_names_phase = phase
+
+    def pending_ops(self) -> int:
+        """Ops seen and not yet counted (see `flush_ops`)."""
+        return sum(map(len, self.phase_names.values()))
+
     def flush_ops(self) -> None:
-        names = self.op_names
-        if names:
-            n = len(names)
-            self.ops_seen += n
-            _count_elements(self.ops_by_name, names)
-            self.ops_by_phase[self.op_names_phase] += n
-            names.clear()
+        for phase, names in self.phase_names.items():
+            if names:
+                n = len(names)
+                self.ops_seen += n
+                _count_elements(self.ops_by_name, names)
+                self.ops_by_phase[phase] += n
+                names.clear()
         one = self.one_instr_ops
         if one:
             self.ops_recorded += len(one)

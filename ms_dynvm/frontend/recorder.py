@@ -573,9 +573,9 @@ class Recorder:
 
     @phase.setter
     def phase(self, phase: str) -> None:
-        # Ops are counted per phase in batches (METRICS.op_names): close the batch of the old phase.
-        METRICS.flush_ops()
-        METRICS.op_names_phase = phase
+        # Ops are counted per phase in batches (METRICS.op_names): the new phase's batch.
+        METRICS.set_op_phase(phase)
+        self._names = METRICS.op_names
         self._phase = phase
 
     def __init__(self, opts) -> None:
@@ -777,7 +777,7 @@ class Recorder:
 
     @staticmethod
     def _ops() -> int:
-        return METRICS.ops_seen + len(METRICS.op_names)
+        return METRICS.ops_seen + METRICS.pending_ops()
 
     def _made_plan(self) -> None:
         """A plan was made: every _PLANS_CHECK of them, turn plans off for a while if more than 3/4

@@ -624,6 +624,28 @@ def test_counts_are_exact_at_any_point():
     del mint_add
 
 
+def test_phase_changes_count_nothing_until_a_flush():
+    # A phase change swaps the batch of pending op names (one per phase) instead of counting it
+    # (a flush at every forward/backward change cost ~5 us there); the counts come out per phase.
+    from ms_dynvm.metrics import METRICS
+
+    x = Tensor(np.ones((2, 3), np.float32))
+    grad = ms.value_and_grad(lambda a: (ops.exp(a) * a).sum(), 0)
+    ms_dynvm.enable(jit=False)
+    try:
+        grad(x)  # (warm-up: the plans)
+        ms_dynvm.reset_stats()
+        for _ in range(3):
+            grad(x)
+        assert METRICS.ops_seen == 0 and METRICS.pending_ops() > 0  # nothing counted yet
+        pending = {p: len(n) for p, n in METRICS.phase_names.items() if n}
+        st = ms_dynvm.stats()
+    finally:
+        ms_dynvm.disable()
+    assert set(pending) == {"fwd", "bwd"} and st["ops_by_phase"] == pending
+    assert st["ops_seen"] == sum(pending.values()) == sum(st["ops_by_name"].values())
+
+
 def test_pending_counts_stay_short(monkeypatch):
     """Counts wait in METRICS.op_names only up to _FLUSH_NAMES entries (checked at block ends and on the
     count-only and meta paths), so memory stays bounded however long nothing ends a block."""
