@@ -527,6 +527,11 @@ def record(**options):
         _S.recorder.end_recording()
         if not was_on:
             disable()
+        if rec.warnings:
+            import warnings
+
+            warnings.warn("ms_dynvm.record(): " + "; ".join(rec.warnings) + " (see Recording.warnings)",
+                          RuntimeWarning, stacklevel=3)
 
 
 def _at_exit() -> None:

@@ -497,14 +497,26 @@ class Recording:
     """What `ms_dynvm.record()` yields. After the `with` block: `program` (a bytecode Program),
     `inputs` (the MindSpore tensors entering it, Parameters included, in program input order) and
     `outputs` (every tensor the program's instructions made, in register order, matching
-    `program.outputs`; they hold their values as of the end of the recording)."""
+    `program.outputs`; they hold their values as of the end of the recording).
+
+    `inputs` are the tensors themselves, not copies: an input written in place inside the scope
+    (setitem, `assign_value`, `set_data`, an in-place op) holds its new value afterwards, and a
+    graph-mode call inside the scope (an `nn` optimizer's step, an `@ms.jit` function) may write
+    tensors without the program seeing it. Either is noted in `warnings` (and warned once when the
+    scope ends): interpret the program with the inputs' values from before the write, or record
+    the step without it (an optimizer's step outside the scope)."""
 
     def __init__(self) -> None:
         self.program: Program | None = None
         self.inputs: list = []
         self.outputs: list = []
         self.errors: list = []  # recorder failures inside the scope ("name: error")
+        self.warnings: list = []  # writes the program cannot account for (see the class doc)
         self._epoch = None
+
+    def _warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
 
     def reg_of(self, tensor):
         """The register holding `tensor`'s value at the end of the recording, or None."""
@@ -682,16 +694,32 @@ class Recorder:
 
     def sync(self, reason: str) -> None:
         METRICS.sync_points[reason] += 1
+        if reason == "jit" and self.recording is not None:
+            self.recording._warn("a graph-mode call (an nn optimizer's step or an @ms.jit function) ran "
+                                 "inside the scope: tensors it wrote in place (a Parameter) keep their "
+                                 "earlier registers and input values in the program")
         self.close_block("sync")
+
+    def _note_input_write(self, tensor) -> None:
+        """In a recording: `tensor` is being written in place; if it is a program input, its value in
+        `Recording.inputs` is the new one from now on."""
+        tag = tensor._get_user_data(_KEY)
+        if tag is not None and tag[0] == self.epoch and any(i.reg == tag[1] for i in self.program.inputs):
+            self.recording._warn("an input tensor was written in place inside the scope: rec.inputs "
+                                 "holds its new value, the program read the old one")
 
     def forget(self, tensor) -> None:
         """`tensor` was written in place by code the hook does not see: its value is new (and it is
         no longer the tensor tier 1 gave a token: MindSpore may have given it new storage)."""
+        if self.recording is not None:
+            self._note_input_write(tensor)
         tensor._set_user_data(_KEY, None)
         tensor._set_user_data(_T1KEY, None)
 
     def _rebind_target(self, target, reg: int) -> None:
         """An in-place op wrote `target`: it holds register `reg` now, and no tier-1 token."""
+        if self.recording is not None:
+            self._note_input_write(target)
         self._bind(target, reg)
         target._set_user_data(_T1KEY, None)
 

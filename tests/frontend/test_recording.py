@@ -267,3 +267,40 @@ def test_log_softmax_grad_takes_exp_of_nan_as_inf():
         assert not np.isfinite(w).all()
         assert np.array_equal(np.isnan(r), np.isnan(w)) and np.array_equal(r[np.isinf(w)], w[np.isinf(w)]), (w, r)
         np.testing.assert_allclose(r[np.isfinite(w)], w[np.isfinite(w)], rtol=1e-5, atol=1e-6)
+
+
+def test_record_notes_writes_the_program_cannot_account_for():
+    """rec.inputs are the tensors themselves: an optimizer's step (a graph-mode call) or a setitem on
+    an input inside the scope makes the program's view of them stale; the recording says so in
+    `warnings` and warns once at the scope's end. A scope without such writes is silent."""
+    import warnings
+
+    from mindspore import nn
+
+    net = nn.Dense(4, 2)
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    x = ms.Tensor(np.ones((3, 4), np.float32))
+    gf = ms.value_and_grad(lambda x: net(x).sum(), None, net.trainable_params())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ms_dynvm.record() as clean:
+            gf(x)
+        assert clean.warnings == [] and not [w for w in caught if "ms_dynvm.record()" in str(w.message)]
+        with ms_dynvm.record() as stepped:
+            _, g = gf(x)
+            opt(g)
+        y = ms.Tensor(np.ones((2, 2), np.float32))
+        with ms_dynvm.record() as written:
+            z = y * 2
+            y[0, 0] = 5.0
+            z2 = y + 1
+        with ms_dynvm.record() as own:  # a result written in place: the program accounts for it
+            r = y * 3
+            r[0, 0] = 1.0
+    assert len(stepped.warnings) == 1 and "graph-mode call" in stepped.warnings[0]
+    assert len(written.warnings) == 1 and "input tensor was written" in written.warnings[0]
+    assert own.warnings == []
+    msgs = [str(w.message) for w in caught if "ms_dynvm.record()" in str(w.message)]
+    assert len(msgs) == 2 and all(issubclass(w.category, RuntimeWarning) for w in caught
+                                  if "ms_dynvm.record()" in str(w.message))
+    del z, z2
