@@ -33,6 +33,7 @@ from mindspore._c_expression import _DispatchGuardStack
 from time import perf_counter as _perf
 
 from ms_dynvm.frontend.options import Options
+from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _mutated
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
 from ms_dynvm.frontend.sync import Hooks
 from ms_dynvm.cost.model import SizeSwitch
@@ -62,6 +63,8 @@ class DynVMMode(ms.MsDispatchMode):
             # This step runs bare: the mode is off the stack now, this op runs as plain eager.
             return func(*args, **kwargs) if kwargs else func(*args)
         t1 = self.tier1
+        if name in _INPLACE and self.recorder.recording is not None:
+            self._before_inplace(name, args)
         if t1 is None or kwargs:
             out = func(*args, **kwargs) if kwargs else func(*args)
             try:
@@ -95,6 +98,16 @@ class DynVMMode(ms.MsDispatchMode):
             self.recorder.on_error(name, e)
             t1.run = None
         return out
+
+    def _before_inplace(self, name, args) -> None:
+        """In a recording, an in-place op is about to write its target: an input's value is copied
+        first (Recorder.before_write)."""
+        try:
+            target = _mutated(name, args)
+            if target is not None:
+                self.recorder.before_write(target)
+        except Exception as e:  # noqa: BLE001 - never break the script
+            self.recorder.on_error(name, e)
 
     @staticmethod
     def _eager_step(func, args, name, t1):
@@ -527,11 +540,6 @@ def record(**options):
         _S.recorder.end_recording()
         if not was_on:
             disable()
-        if rec.warnings:
-            import warnings
-
-            warnings.warn("ms_dynvm.record(): " + "; ".join(rec.warnings) + " (see Recording.warnings)",
-                          RuntimeWarning, stacklevel=3)
 
 
 def _at_exit() -> None:

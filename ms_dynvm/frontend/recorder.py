@@ -135,6 +135,13 @@ def set_c_hot_path(on: bool) -> bool:
     return _hit is not None
 
 
+def _snapshot(t) -> np.ndarray:
+    """A NumPy copy of tensor `t`'s value (without the sync-point hook on `Tensor.asnumpy`)."""
+    if getattr(t, "has_init", False):
+        t.init_data()
+    return np.array(TensorPy.asnumpy(t), copy=True)
+
+
 def tag_parameters(cell) -> None:
     """Tag the Parameters of `cell` (once per cell) so that recorded inputs can name them."""
     if cell.__dict__.get("_ms_dynvm_tagged"):
@@ -500,19 +507,26 @@ class Recording:
     `program.outputs`; they hold their values as of the end of the recording).
 
     `inputs` are the tensors themselves, not copies: an input written in place inside the scope
-    (setitem, `assign_value`, `set_data`, an in-place op) holds its new value afterwards, and a
-    graph-mode call inside the scope (an `nn` optimizer's step, an `@ms.jit` function) may write
-    tensors without the program seeing it. Either is noted in `warnings` (and warned once when the
-    scope ends): interpret the program with the inputs' values from before the write, or record
-    the step without it (an optimizer's step outside the scope)."""
+    (setitem, `assign_value`, `set_data`, an in-place op, a graph-mode call such as an `nn`
+    optimizer's step or an `@ms.jit` function, which may write any input) holds its new value
+    afterwards. The recorder copies such an input's value right before the write (and after a
+    graph-mode call, later uses of the inputs are new inputs): `input_arrays()` gives every input's
+    value as the program read it, which `[t.asnumpy() for t in inputs]` does not then. Such writes
+    are noted in `warnings`."""
 
     def __init__(self) -> None:
         self.program: Program | None = None
         self.inputs: list = []
         self.outputs: list = []
         self.errors: list = []  # recorder failures inside the scope ("name: error")
-        self.warnings: list = []  # writes the program cannot account for (see the class doc)
+        self.warnings: list = []  # writes to inputs inside the scope (see the class doc)
+        self._snaps: dict = {}  # input index -> its value (NumPy copy) from before a write
         self._epoch = None
+
+    def input_arrays(self) -> list:
+        """The inputs' values as the program read them (NumPy arrays, for `interpret`): the copy
+        taken before an in-scope write where there was one, else the tensor's value now."""
+        return [self._snaps[k] if k in self._snaps else t.asnumpy() for k, t in enumerate(self.inputs)]
 
     def _warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -694,32 +708,55 @@ class Recorder:
 
     def sync(self, reason: str) -> None:
         METRICS.sync_points[reason] += 1
-        if reason == "jit" and self.recording is not None:
-            self.recording._warn("a graph-mode call (an nn optimizer's step or an @ms.jit function) ran "
-                                 "inside the scope: tensors it wrote in place (a Parameter) keep their "
-                                 "earlier registers and input values in the program")
         self.close_block("sync")
 
-    def _note_input_write(self, tensor) -> None:
-        """In a recording: `tensor` is being written in place; if it is a program input, its value in
-        `Recording.inputs` is the new one from now on."""
+    def before_graph_call(self) -> None:
+        """In a recording, a graph-mode call (an `nn` optimizer's step, an `@ms.jit` function) is
+        about to run: it may write any input in place. Every input's value is copied now; after the
+        call (`after_graph_call`) later uses of them become new inputs."""
+        rec = self.recording
+        if rec is None or not rec.inputs:
+            return
+        for k, t in enumerate(rec.inputs):
+            if k not in rec._snaps:
+                rec._snaps[k] = _snapshot(t)
+        rec._warn("a graph-mode call (an nn optimizer's step or an @ms.jit function) ran inside the "
+                  "scope: inputs read before it are in input_arrays() as they were")
+
+    def after_graph_call(self) -> None:
+        rec = self.recording
+        if rec is None:
+            return
+        for t in rec.inputs:
+            tag = t._get_user_data(_KEY)
+            if tag is not None and tag[0] == self.epoch:
+                t._set_user_data(_KEY, None)
+
+    def before_write(self, tensor) -> None:
+        """In a recording: `tensor` is about to be written in place; if it is a program input, its
+        value is copied first (`Recording.input_arrays`)."""
+        rec = self.recording
+        if rec is None:
+            return
         tag = tensor._get_user_data(_KEY)
-        if tag is not None and tag[0] == self.epoch and any(i.reg == tag[1] for i in self.program.inputs):
-            self.recording._warn("an input tensor was written in place inside the scope: rec.inputs "
-                                 "holds its new value, the program read the old one")
+        if tag is None or tag[0] != self.epoch:
+            return
+        for k, inp in enumerate(self.program.inputs):
+            if inp.reg == tag[1]:
+                if k not in rec._snaps:
+                    rec._snaps[k] = _snapshot(tensor)
+                rec._warn("an input tensor was written in place inside the scope: rec.inputs holds "
+                          "its new value, input_arrays() the one the program read")
+                return
 
     def forget(self, tensor) -> None:
         """`tensor` was written in place by code the hook does not see: its value is new (and it is
         no longer the tensor tier 1 gave a token: MindSpore may have given it new storage)."""
-        if self.recording is not None:
-            self._note_input_write(tensor)
         tensor._set_user_data(_KEY, None)
         tensor._set_user_data(_T1KEY, None)
 
     def _rebind_target(self, target, reg: int) -> None:
         """An in-place op wrote `target`: it holds register `reg` now, and no tier-1 token."""
-        if self.recording is not None:
-            self._note_input_write(target)
         self._bind(target, reg)
         target._set_user_data(_T1KEY, None)
 

@@ -105,6 +105,7 @@ class Hooks:
             def writer_hook(self, *a, **k):
                 if threading.get_ident() == me:
                     _safe(rec, reason, rec.sync, reason)
+                    _safe(rec, reason, rec.before_write, self)
                     out = orig(self, *a, **k)
                     _safe(rec, reason, rec.forget, self)
                     return out
@@ -125,9 +126,11 @@ class Hooks:
                 if gate is not None and gate.bare:
                     return orig(executor, *a, **k)
                 _safe(rec, "jit", rec.sync, "jit")
+                _safe(rec, "jit", rec.before_graph_call)
                 try:
                     return orig(executor, *a, **k)
                 finally:
+                    _safe(rec, "jit", rec.after_graph_call)
                     _safe(rec, "jit", rec.sync, "jit")
             return jit_hook
         if _JitExecutor is not None:
