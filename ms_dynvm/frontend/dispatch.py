@@ -400,10 +400,25 @@ def current_options() -> Options | None:
     return _S.options
 
 
+def _release_dead_owner() -> None:
+    """ms_dynvm was enabled on a thread that has ended without disable(): its dispatch mode went with
+    that thread's mode stack; the hooks and state are released here, so that another thread may
+    enable or disable. (Called with `_lock` held.)"""
+    if _S.mode is None or _S.thread in {t.ident for t in threading.enumerate()}:
+        return
+    try:
+        _S.recorder.close_block("end")
+    except Exception as e:  # noqa: BLE001 - the owner is gone; nothing to report to
+        _S.recorder.on_error("release", e)
+    _S.hooks.uninstall()
+    _S.mode = _S.recorder = _S.hooks = _S.options = _S.thread = None
+
+
 def enable(**options) -> None:
     """Turn ms_dynvm on for the calling thread. See `ms_dynvm.frontend.options` for the options."""
     opts = Options.make(**options)
     with _lock:
+        _release_dead_owner()
         if _S.mode is not None:
             if _S.thread != threading.get_ident():
                 raise RuntimeError("ms_dynvm is enabled on another thread; disable it there first")
@@ -477,6 +492,10 @@ def _apply(opts: Options) -> None:
 def disable() -> bool:
     """Turn ms_dynvm off. Returns False if it was not on."""
     with _lock:
+        if _S.mode is not None and _S.thread != threading.get_ident():
+            _release_dead_owner()
+            if _S.mode is None:
+                return True
         if _S.mode is None:
             return False
         if _S.thread != threading.get_ident():

@@ -127,6 +127,32 @@ def test_other_threads_are_not_recorded():
     assert st["ops_seen"] == 1 and "asnumpy" not in st["sync_points"]
 
 
+@pytest.mark.parametrize("then", ["enable", "disable"])
+def test_a_thread_that_ends_enabled_leaves_nothing_behind(then):
+    # A worker enables ms_dynvm and ends without disable(): the main thread can still enable (or
+    # disable) afterwards, and the worker's hooks are gone (a sync point on the main thread is not
+    # counted while nothing is enabled).
+    def worker():
+        ms_dynvm.enable()
+        ops.exp(t([1.0]))
+
+    th = threading.Thread(target=worker)
+    th.start()
+    th.join()
+    assert ms_dynvm.is_enabled()
+    if then == "enable":
+        ms_dynvm.enable()
+        ops.exp(t([2.0])).asnumpy()
+        assert dispatch._S.thread == threading.get_ident() and ms_dynvm.stats()["sync_points"] == {"asnumpy": 1}
+        assert ms_dynvm.disable() is True
+    else:
+        assert ms_dynvm.disable() is True and not ms_dynvm.is_enabled()
+        before = ms_dynvm.stats()["sync_points"]
+        ops.exp(t([2.0])).asnumpy()
+        assert ms_dynvm.stats()["sync_points"] == before
+    assert ms_dynvm.disable() is False
+
+
 def test_op_errors_propagate_like_eager():
     a, b = t(np.ones((2, 3))), t(np.ones((4, 5)))
     with pytest.raises(Exception) as eager:
