@@ -336,7 +336,7 @@ static inline float dvm_softplus(float x, float beta, float threshold) {
     float z = beta * x;
     float r = ((z > 0.0f ? z : 0.0f) + dvm_log1p(dvm_exp_neg(-fabsf(z)))) / beta;
     r = z > threshold ? x : r;
-    return z != z ? z : r;
+    return z != z ? INFINITY : r;  /* softplus(NaN) is +inf, as MindSpore's */
 }
 
 static inline float dvm_mish(float x) {
@@ -447,7 +447,7 @@ static inline float dvm_softplus(float x, float beta, float threshold) {
     float z = beta * x;
     float r = (fmaxf(z, 0.0f) + log1pf(expf(-fabsf(z)))) / beta;
     r = z > threshold ? x : r;
-    return z != z ? z : r;
+    return z != z ? INFINITY : r;  /* softplus(NaN) is +inf, as MindSpore's */
 }
 static inline float dvm_mish(float x) { return x * tanhf(dvm_softplus(x, 1.0f, 1e30f)); }
 static inline float dvm_elu(float x, float alpha) { return x > 0.0f ? x : alpha * expm1f(x); }

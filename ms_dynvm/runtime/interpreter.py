@@ -70,7 +70,7 @@ Deliberate deviations from MindSpore CPU (kernel artefacts the VM does not copy)
   along other axes follows IEEE (the whole row NaN), as MindSpore does. Not copied: MindSpore's
   log_softmax along a non-last axis gives some such rows wholly NaN ([-inf, -inf, 5, nan]), and with
   several such rows in one tensor its float32 softmax sometimes zeroes other rows as well.
-- softplus(NaN) is NaN (MindSpore: inf); relu6(NaN) is 0 (MindSpore: 0 or NaN depending on the position in its vector loop).
+- relu6(NaN) is 0 (MindSpore: 0 or NaN depending on the position in its vector loop).
 - maximum/minimum propagate NaN (MindSpore does for equal shapes with more than one element, but may
   return the other operand when one operand has one element or broadcasts).
 - The division-by-zero rules above hold for immediates too: x/(-0) is x/(+0) (MindSpore's scalar
@@ -259,7 +259,8 @@ def _gelu(x, approximate: str):
 
 def _softplus(x, beta: float, threshold: float):
     z = beta * x
-    return np.where(z > threshold, x, np.logaddexp(0.0, z) / beta)
+    r = np.where(z > threshold, x, np.logaddexp(0.0, z) / beta)
+    return np.where(np.isnan(z), np.asarray(np.inf, r.dtype), r)  # softplus(NaN) is +inf, as MindSpore's
 
 
 # MindSpore 2.10's CPU kernels compute float32 exp, tanh and mish with their own formulas, which

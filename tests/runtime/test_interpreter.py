@@ -1341,3 +1341,11 @@ def test_max_min_over_no_elements_give_nan_and_arg_reductions_raise():
     assert ri.shape == (2,) and ri.dtype == np.int32 and (ri == 0).all()
     with pytest.raises(InterpreterError):
         _run("argmax", [x], axis=1)
+
+
+def test_softplus_of_nan_is_inf_as_mindspore():
+    # MindSpore's softplus gives +inf for NaN (float32 and float16, any beta and threshold).
+    for dt in (np.float32, np.float16):
+        x = np.array([np.nan, -np.nan, np.inf, -np.inf, 1.0], dt)
+        r = _run("softplus", [x], beta=2.0, threshold=10.0)
+        assert r.dtype == dt and np.isposinf(r[:3]).all() and r[3] == 0 and abs(float(r[4]) - 1.0634643) < 1e-3
