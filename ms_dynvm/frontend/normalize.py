@@ -1417,6 +1417,27 @@ _reg("AddExt AddScalar", _binary_alpha("add"))
 _reg("SubExt SubScalar", _binary_alpha("sub"))
 _reg("DivMod DivMods", _divmod)
 _reg("RemainderTensorTensor RemainderTensorScalar RemainderScalarTensor", _remainder)
+
+
+_INT_MIN_WRAPPED = {"i32": -(1 << 31), "i64": -(1 << 63), "i16": 0, "i8": 0, "u8": 0}
+
+
+def _floor_mod(a, prim):
+    """FloorMod (`x % y`): an integer x % 0 is what MindSpore's double computation converts back with
+    x86's conversion: INT_MIN for int32/int64, 0 for int8/int16/uint8 (wrapped from int32), whatever
+    x (measured; `ops.remainder` and `fmod` give x there: VM `mod`, `fmod`)."""
+    low = _mod(a, None)
+    x, y = low[1]
+    if type(y) in _NUMBER_TYPES:
+        return low
+    dts = [vm_dtype(v.dtype) for v in (x, y) if type(v) not in _NUMBER_TYPES]
+    dt = dts[0] if len(dts) == 1 else promote(dts[0], dts[1])
+    if type(x) is float or dt not in _INT_MIN_WRAPPED:
+        return low
+    return Lowering([low, ("eq", (y, 0), {}), ("where", (Tmp(1), _INT_MIN_WRAPPED[dt], Tmp(0)), {})], (Tmp(2),))
+
+
+_reg("FloorMod", _floor_mod)
 _reg("Select SelectV2", _where)
 _reg("MaskedFill MaskedFillScalar", _masked_fill)
 _reg("ClampScalar", _clamp_scalar)

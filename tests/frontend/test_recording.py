@@ -308,3 +308,24 @@ def test_record_across_writes_to_its_inputs():
         r = y * 3
         r[0, 0] = 1.0
     assert own.warnings == []
+
+
+def test_integer_floor_mod_by_zero_as_mindspore():
+    """x % 0 on integers (FloorMod): INT_MIN for int32/int64 and 0 for int8 (MindSpore computes in
+    double and converts back as x86 does), whatever x; `ops.remainder` and `fmod` give x there.
+    Recorded and interpreted bit-equal."""
+    from mindspore import ops
+
+    cases = []
+    for dt in (np.int32, np.int64, np.int8, np.int16, np.uint8):
+        a = ms.Tensor(np.array([5, 3 if dt == np.uint8 else -5, 0, 7, 0, 3], dt))
+        b = ms.Tensor(np.array([0, 0, 0, 2, 0, 4], dt))
+        cases += [lambda a=a, b=b: a % b, lambda a=a: a % a, lambda a=a, b=b: ops.remainder(a, b),
+                  lambda a=a, b=b: ops.fmod(a, b)]
+    want = [f().asnumpy() for f in cases]
+    with ms_dynvm.record() as rec:
+        outs = [f() for f in cases]
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
+    for w, o in zip(want, outs):
+        g = got[rec.output_index(o)]
+        assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
