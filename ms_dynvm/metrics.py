@@ -22,7 +22,7 @@ class Metrics:
 
     def reset(self) -> None:
         # Ops not yet counted (the recorder's hot path appends to a list: cheaper than updating
-        # counters): `op_names`, the name of every op seen in phase `op_names_phase` (one list per
+        # counters): `op_names`, the name of every op seen in the current phase (one list per
         # phase, `phase_names`: a phase change swaps the list, `set_op_phase`, and counts nothing),
         # and `one_instr_ops`, one entry per op recorded as one instruction by the recorder's common
         # case. `flush_ops` folds them into ops_seen, ops_by_name, ops_by_phase, ops_recorded and
@@ -35,7 +35,6 @@ class Metrics:
         else:
             self.phase_names: dict = {"fwd": []}
             self.op_names: list = self.phase_names["fwd"]
-            self.op_names_phase = "fwd"
             self.one_instr_ops: list = []
         self.ops_seen = 0  # every dispatched op, meta ops included
         self.ops_recorded = 0  # ops that became VM instructions (opaque calls included)
@@ -71,7 +70,6 @@ class Metrics:
         if names is None:
             names = self.phase_names[phase] = []
         self.op_names = names
-        self.op_names_phase = phase
 
     def pending_ops(self) -> int:
         """Ops seen and not yet counted (see `flush_ops`)."""

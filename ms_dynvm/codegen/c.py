@@ -538,20 +538,20 @@ class CRenderer:
                 self.emit(line)
             self.close()
         elif not lanes:
-            self.open(f"for (int64_t {var} = 0; {var} < {n}; {var}++)")
-            for line in body:
-                self.emit(line)
-            for acc in step.accs:
-                self.emit(_combine(acc.kind, acc.var, acc.value))
-            self.close()
+            self._acc_loop(step, var, "0", n, body)
         else:
             base = self._lane_blocks(step, var, n, body)
-            self.open(f"for (int64_t {var} = {base}; {var} < {n}; {var}++)")  # peeled tail into lane 0
-            for line in body:
-                self.emit(line)
-            for acc in step.accs:
-                self.emit(_combine(acc.kind, f"{acc.var}_l[0]", acc.value))
-            self.close()
+            self._acc_loop(step, var, base, n, body, "_l[0]")  # peeled tail into lane 0
+        self.close()
+
+    def _acc_loop(self, step: Step, var: str, start: str, n: str, body: list, into: str = "") -> None:
+        """The elements start..n-1 in index order, each combined into its accumulator (`into`: the
+        suffix naming the accumulator variable, "_l[0]" for lane 0)."""
+        self.open(f"for (int64_t {var} = {start}; {var} < {n}; {var}++)")
+        for line in body:
+            self.emit(line)
+        for acc in step.accs:
+            self.emit(_combine(acc.kind, f"{acc.var}{into}", acc.value))
         self.close()
 
     def _lane_blocks(self, step: Step, var: str, n: str, body: list) -> str:
@@ -597,12 +597,7 @@ class CRenderer:
             self.emit(f"{acc.var} += (({q}[0] + {q}[1]) + {q}[2]) + {q}[3];")
         self.emit(f"{base} += 4;")
         self.close()
-        self.open(f"for (int64_t {var} = {base}; {var} < {n}; {var}++)")
-        for line in body:
-            self.emit(line)
-        for acc in step.accs:
-            self.emit(f"{acc.var} += {acc.value};")
-        self.close()
+        self._acc_loop(step, var, base, n, body)  # (sums only: += in index order)
 
 
 def render(spec: KernelSpec, *, strict_ieee: bool = False, fast_math: bool = False,

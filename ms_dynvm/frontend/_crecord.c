@@ -421,15 +421,16 @@ static int run_multi(PyObject *rec, PyObject *d, PyObject *name, PyObject *src, 
                 || !PyTuple_CheckExact(PyTuple_GET_ITEM(st, 6)))
             return 0;
     }
+    PyObject *prog = PyDict_GetItemWithError(d, s_program);  /* (opening a block keeps it) */
+    if (prog == NULL) return PyErr_Occurred() ? -1 : 0;
     PyObject *pnames[MAXARGS] = {NULL};
     PyObject *inputs = NULL;
     int rc = 0;
     if (nf) {
         rc = fresh_checks(d, 1, fresh, nf, pnames);  /* (_run_multi: any view candidate, any op) */
         if (rc == 0) {
-            PyObject *prog0 = PyDict_GetItemWithError(d, s_program);
-            inputs = prog0 ? PyObject_GetAttr(prog0, s_inputs) : NULL;
-            if (inputs == NULL) rc = PyErr_Occurred() ? -1 : 1;
+            inputs = PyObject_GetAttr(prog, s_inputs);
+            if (inputs == NULL) rc = -1;
             else if (!PyList_CheckExact(inputs)) rc = 1;
         }
         if (rc != 0) {
@@ -441,12 +442,10 @@ static int run_multi(PyObject *rec, PyObject *d, PyObject *name, PyObject *src, 
     rc = -1;
     /* From here on the recorder changes: an error is a recorder error, as on_op's. */
     int again = 0;
-    PyObject *prog = NULL, *pending = NULL, *instrs = NULL, *pattrs = NULL, *results = NULL;
+    PyObject *pending = NULL, *instrs = NULL, *pattrs = NULL, *results = NULL;
     PyObject *lastouts = NULL, *last = NULL, *st0 = NULL, *st1 = NULL;
     PyObject *block = open_block(rec, d);
     if (block == NULL) goto out;
-    prog = PyDict_GetItemWithError(d, s_program);
-    if (prog == NULL) { malformed("no program"); goto out; }
     pending = PyObject_GetAttr(block, s_pending);
     instrs = pending ? PyObject_GetAttr(block, s_instrs) : NULL;
     pattrs = instrs ? PyObject_GetAttr(block, s_pattrs) : NULL;
@@ -601,29 +600,15 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             /* `order`: on_op reads last_tags back off the tensors then (_read_tags): Python */
             result = Py_False; Py_INCREF(result); goto done;
         }
+        PyObject *prog = PyDict_GetItemWithError(d, s_program);  /* (opening a block keeps it) */
+        if (prog == NULL) { if (!PyErr_Occurred()) { result = Py_False; Py_INCREF(result); } goto done; }
         if (nf) {  /* the fresh arguments become inputs (Recorder._make_inputs) */
-            PyObject *prog0 = PyDict_GetItemWithError(d, s_program);
-            if (prog0 == NULL) { if (!PyErr_Occurred()) { result = Py_False; Py_INCREF(result); } goto done; }
-            int rc = make_inputs(d, prog0, op, epoch, types, fresh, nf, pregs);
+            int rc = make_inputs(d, prog, op, epoch, types, fresh, nf, pregs);
             if (rc < 0) goto done;
             if (rc > 0) { result = Py_False; Py_INCREF(result); goto done; }
         }
-
-        PyObject *block = PyDict_GetItemWithError(d, s_block);  /* borrowed */
-        if (block == NULL && PyErr_Occurred()) goto done;
-        if (block == NULL || block == Py_None) {  /* the op will be recorded: open the block */
-            PyObject *a[1] = {rec};
-            PyObject *b = PyObject_VectorcallMethod(s_open_block, a, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-            if (b == NULL) goto done;
-            Py_DECREF(b);  /* the recorder holds it (self.block) */
-            block = PyDict_GetItemWithError(d, s_block);
-            if (block == NULL || block == Py_None) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "_open_block opened no block");
-                goto done;
-            }
-        }
-        PyObject *prog = PyDict_GetItemWithError(d, s_program);
-        if (prog == NULL) { if (!PyErr_Occurred()) { result = Py_False; Py_INCREF(result); } goto done; }
+        PyObject *block = open_block(rec, d);  /* the op will be recorded: its block */
+        if (block == NULL) goto done;
         PyObject *pending = PyObject_GetAttr(block, s_pending);
         PyObject *instrs = pending ? PyObject_GetAttr(block, s_instrs) : NULL;
         PyObject *pattrs = instrs ? PyObject_GetAttr(block, s_pattrs) : NULL;

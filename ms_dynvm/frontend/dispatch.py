@@ -63,7 +63,7 @@ class DynVMMode(ms.MsDispatchMode):
             # This step runs bare: the mode is off the stack now, this op runs as plain eager.
             return func(*args, **kwargs) if kwargs else func(*args)
         t1 = self.tier1
-        if name in _INPLACE and self.recorder.recording is not None:
+        if not self.serving and name in _INPLACE:  # (serving is off exactly inside record())
             self._before_inplace(name, args)
         if t1 is None or kwargs:
             out = func(*args, **kwargs) if kwargs else func(*args)

@@ -589,9 +589,8 @@ class Recorder:
         """`_link_all`: every op's arguments may be linked to views (`_link_for`); `_views_on`: some
         op's may, so view results are kept as link candidates (`_add_view`; elsewhere a candidate is
         work for nothing, and it keeps the view alive). Both read by the C hot path too."""
-        self._link_all = (getattr(self, "recording", None) is not None or bool(self._opts.debug)
-                          or bool(self._opts.dump_dir))
-        self._views_on = self._link_all or bool(getattr(self, "_link_ops", None))
+        self._link_all = self.recording is not None or bool(self._opts.debug) or bool(self._opts.dump_dir)
+        self._views_on = self._link_all or bool(self._link_ops)
 
     @property
     def phase(self) -> str:
@@ -605,21 +604,20 @@ class Recorder:
         self._phase = phase
 
     def __init__(self, opts) -> None:
+        self.recording: Recording | None = None
+        # VM ops whose view-copy arguments are linked to the view's register in plain mode (see
+        # `_link_for`): tier 1 sets its fusible ops.
+        self._link_ops: frozenset = frozenset()
         self.opts = opts
         self.last_op = None
         self.last_tags = None
         self.want_tags = False
-        # VM ops whose view-copy arguments are linked to the view's register in plain mode (see
-        # `_link_for`): tier 1 sets its fusible ops.
-        self.link_ops = frozenset()
         self.on_close = None  # callback(reason) before a block closes (tier 1 ends its run there)
+        # Counted in batches (see Metrics.flush_ops): every op seen (`_names`, the phase's list: set
+        # by the phase setter), and the ops recorded as one instruction by on_op's common case.
         self.phase = "fwd"
         self.region = ""
-        self.recording: Recording | None = None
         self._block_count = 0
-        # Counted in batches (see Metrics.flush_ops): every op seen, and the ops recorded as one
-        # instruction by on_op's common case.
-        self._names = METRICS.op_names
         self._one_instr = METRICS.one_instr_ops
         self._new_program()
 

@@ -29,8 +29,9 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
 - max/min/argmax/argmin/max_with_index reductions scan the reduced elements in row-major order
   keeping the first extreme: NaN wins only when it is the first element (else NaNs are ignored);
   ties give the first index. max/min over no elements give NaN (0 for integers): MindSpore's
-  amax/amin give uninitialised memory there (its arg reductions raise, and so does the interpreter). max_pool2d ignores NaN and -inf: its result is at least the lowest
-  finite value of the dtype (MindSpore's kernel starts from -FLT_MAX).
+  amax/amin give uninitialised memory there (its arg reductions raise, and so does the
+  interpreter). max_pool2d ignores NaN and -inf: its result is at least the lowest finite value of
+  the dtype (MindSpore's kernel starts from -FLT_MAX).
 - Division by zero: in float div/floor_div/trunc_div the sign of the zero is ignored (MindSpore's
   tensor-tensor kernels; see the deviations below for scalar operands): x/(+-0) is inf
   for x > 0, NaN for x == 0 and -inf otherwise (NaN included); integer floor_div/trunc_div give the
