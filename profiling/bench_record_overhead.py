@@ -13,6 +13,14 @@ Configurations:
                 write the result's (`_get_user_data`/`_set_user_data`, the only tensor identity that
                 survives MindSpore's fresh Python wrappers; see frontend/recorder.py). Its overhead
                 over passthrough is a floor under any recorder built on that identity.
+- hooks-only:   ms_dynvm.enable(jit=False) with a recorder that does nothing per op (`Recorder.on_op`
+                a no-op): ms_dynvm's dispatch mode and its hooks (nn.Cell calls, the grad wrapper,
+                sync points) and the block ends they make, with nothing recorded: what the issue's
+                design (blocks end at Cell boundaries and phase changes) costs before the first
+                instruction is recorded
+- hooks+id:     the same with `on_op` doing only what id-floor's handler does (a user-data read per
+                tensor argument and a write per result): the floor under any exact recorder of this
+                design in MindSpore 2.10; `record` minus `hooks+id` is what recording itself costs
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
                 (ops that find their plan recorded by the C hot path, frontend/_crecord.c)
@@ -197,6 +205,18 @@ def main() -> None:
         t2 = ttn()
         (spent if rec_mod._hit is not None else spent_py)[current[0]].append((t2 - t1) - (t1 - t0))
 
+    def noop_on_op(self, name, a, out):
+        self.last_op = self.last_tags = None
+
+    def id_on_op(self, name, a, out):
+        self.last_op = self.last_tags = None
+        for x in a:
+            if type(x) is ms.Tensor:
+                x._get_user_data(id_key)
+        if type(out) is ms.Tensor:
+            id_n[0] += 1
+            out._set_user_data(id_key, (0, id_n[0]))
+
     def run_config(cfg, fn, inp, calls):
         if cfg == "eager":
             return run(fn, inp, calls)
@@ -208,6 +228,10 @@ def main() -> None:
                 return run(fn, inp, calls)
         if cfg.endswith("(timed)"):
             rec_mod.Recorder.on_op = timed_on_op
+        elif cfg == "hooks-only":
+            rec_mod.Recorder.on_op = noop_on_op
+        elif cfg == "hooks+id":
+            rec_mod.Recorder.on_op = id_on_op
         ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"),
                         c_hot_path=not cfg.startswith("record-py"))
         try:
@@ -216,7 +240,8 @@ def main() -> None:
             ms_dynvm.disable()
             rec_mod.Recorder.on_op = orig_on_op
 
-    configs = (["eager", "passthrough", "passthrough2", "id-floor", "count-only", "record", "record-py"]
+    configs = (["eager", "passthrough", "passthrough2", "id-floor", "hooks-only", "hooks+id", "count-only",
+                "record", "record-py"]
                + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
     for cfg in configs:  # warm-up
@@ -330,6 +355,15 @@ def main() -> None:
               f"{gc_rec:6.2f} {paired('record-py', name, 0):11.2f} "
               f"{statistics.median(spent_py[name]) / 1e3:10.2f} {statistics.mean(spent_py[name]) / 1e3:6.2f} "
               f"{paired('id-floor', name, 0):8.2f} {paired('id-floor', name, 1):6.2f}")
+    print("floor: per-op wall overhead over passthrough (paired medians, us/op) of ms_dynvm's hooks with "
+          "nothing recorded (hooks-only), of its hooks plus the identity calls (hooks+id, the floor of "
+          "this design), of record, and record's excess over the floor (record - hooks+id, paired)")
+    print(f"{'workload':16s} {'id-floor':>8s} {'hooks-only':>10s} {'hooks+id':>8s} {'record':>7s} "
+          f"{'rec-floor':>9s} {'A/A':>6s}")
+    for name in cases:
+        print(f"{name:16s} {paired('id-floor', name, 0):8.2f} {paired('hooks-only', name, 0):10.2f} "
+              f"{paired('hooks+id', name, 0):8.2f} {paired('record', name, 0):7.2f} "
+              f"{paired('record', name, 0, 'hooks+id'):9.2f} {paired('passthrough2', name, 0):6.2f}")
 
 
 if __name__ == "__main__":
