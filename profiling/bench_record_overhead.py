@@ -21,6 +21,12 @@ Configurations:
 - hooks+id:     the same with `on_op` doing only what id-floor's handler does (a user-data read per
                 tensor argument and a write per result): the floor under any exact recorder of this
                 design in MindSpore 2.10; `record` minus `hooks+id` is what recording itself costs
+- hooks+trace:  the same with `on_op` (in Python) doing the least an exact recorder can do beyond the identity
+                calls: per op one tuple (name, the tags read off the tensor arguments, the other
+                arguments, the result's tag) appended to a list kept for the block, the result tagged
+                (epoch, n): no normalisation, no types, no plan lookup. What is left between it
+                and 5 us is all any recorder of this design could spend on the rest
+- hooks+ctrace: the same minimal trace in C (profiling/_ctrace.c, a builtin as `on_op`)
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
                 (ops that find their plan recorded by the C hot path, frontend/_crecord.c)
@@ -113,6 +119,28 @@ def chain(x):
     return x.sum(-1)
 
 
+def load_ctrace():
+    """profiling/_ctrace.c built with gcc and loaded (the hooks+ctrace configuration)."""
+    import importlib.machinery
+    import importlib.util
+    import tempfile
+
+    from ms_dynvm.codegen import gcc
+    from ms_dynvm.frontend import fastpath
+
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ctrace.c")
+    with open(src) as f:
+        data = gcc.compile_shared(f.read(), fastpath._build_flags())
+    with tempfile.TemporaryDirectory(prefix="dvm-ctrace-") as d:
+        path = os.path.join(d, "_ctrace" + importlib.machinery.EXTENSION_SUFFIXES[0])
+        with open(path, "wb") as f:
+            f.write(data)
+        spec = importlib.util.spec_from_file_location("_ctrace", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    return mod
+
+
 def make_cases():
     import mindspore as ms
 
@@ -152,7 +180,7 @@ def main() -> None:
         def __ms_dispatch__(self, func, a, kwargs=None):
             out = func(*a)
             for x in a:
-                if type(x) is ms.Tensor:
+                if isinstance(x, ms.Tensor):  # Parameters too, as the recorder
                     x._get_user_data(id_key)
             if type(out) is ms.Tensor:
                 id_n[0] += 1
@@ -211,11 +239,33 @@ def main() -> None:
     def id_on_op(self, name, a, out):
         self.last_op = self.last_tags = None
         for x in a:
-            if type(x) is ms.Tensor:
+            if isinstance(x, ms.Tensor):
                 x._get_user_data(id_key)
         if type(out) is ms.Tensor:
             id_n[0] += 1
             out._set_user_data(id_key, (0, id_n[0]))
+
+    trace = []
+
+    def trace_on_op(self, name, a, out):
+        self.last_op = self.last_tags = None
+        tags = []
+        for x in a:
+            if isinstance(x, ms.Tensor):
+                tags.append(x._get_user_data(id_key))
+            else:
+                tags.append(x)
+        id_n[0] += 1
+        otag = (0, id_n[0])
+        if type(out) is ms.Tensor:
+            out._set_user_data(id_key, otag)
+        trace.append((name, tuple(tags), otag))
+        if len(trace) >= 4096:  # a block's worth: dropped as a closed block would be handed on
+            trace.clear()
+
+    ctrace = load_ctrace()
+    ctrace_list = []
+    ctrace.setup(ms.Tensor, id_key, ctrace_list)
 
     def run_config(cfg, fn, inp, calls):
         if cfg == "eager":
@@ -232,6 +282,10 @@ def main() -> None:
             rec_mod.Recorder.on_op = noop_on_op
         elif cfg == "hooks+id":
             rec_mod.Recorder.on_op = id_on_op
+        elif cfg == "hooks+trace":
+            rec_mod.Recorder.on_op = trace_on_op
+        elif cfg == "hooks+ctrace":
+            rec_mod.Recorder.on_op = ctrace.on_op  # a builtin: not bound, called as on_op(name, a, out)
         ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"),
                         c_hot_path=not cfg.startswith("record-py"))
         try:
@@ -240,7 +294,8 @@ def main() -> None:
             ms_dynvm.disable()
             rec_mod.Recorder.on_op = orig_on_op
 
-    configs = (["eager", "passthrough", "passthrough2", "id-floor", "hooks-only", "hooks+id", "count-only",
+    configs = (["eager", "passthrough", "passthrough2", "id-floor", "hooks-only", "hooks+id", "hooks+trace",
+                "hooks+ctrace", "count-only",
                 "record", "record-py"]
                + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
@@ -248,6 +303,8 @@ def main() -> None:
         for name, (fn, inp) in cases.items():
             current[0] = name
             run_config(cfg, fn, inp, 2)
+    if not (trace and ctrace_list):
+        raise SystemExit("the trace configurations recorded nothing: their on_op was not called")
     for s in list(spent.values()) + list(spent_py.values()):
         s.clear()
     gc.collect()  # the set-up's garbage is nobody's: do not bill it to the first config that allocates
@@ -357,12 +414,15 @@ def main() -> None:
               f"{paired('id-floor', name, 0):8.2f} {paired('id-floor', name, 1):6.2f}")
     print("floor: per-op wall overhead over passthrough (paired medians, us/op) of ms_dynvm's hooks with "
           "nothing recorded (hooks-only), of its hooks plus the identity calls (hooks+id, the floor of "
-          "this design), of record, and record's excess over the floor (record - hooks+id, paired)")
-    print(f"{'workload':16s} {'id-floor':>8s} {'hooks-only':>10s} {'hooks+id':>8s} {'record':>7s} "
-          f"{'rec-floor':>9s} {'A/A':>6s}")
+          "this design), of a minimal trace on top (hooks+trace; in C: ctrace), of record, and record's excess over "
+          "the floor (record - hooks+id, paired)")
+    print(f"{'workload':16s} {'id-floor':>8s} {'hooks-only':>10s} {'hooks+id':>8s} {'hooks+trace':>11s} {'ctrace':>7s} "
+          f"{'record':>7s} {'rec-floor':>9s} {'A/A':>6s}")
     for name in cases:
         print(f"{name:16s} {paired('id-floor', name, 0):8.2f} {paired('hooks-only', name, 0):10.2f} "
-              f"{paired('hooks+id', name, 0):8.2f} {paired('record', name, 0):7.2f} "
+              f"{paired('hooks+id', name, 0):8.2f} {paired('hooks+trace', name, 0):11.2f} "
+              f"{paired('hooks+ctrace', name, 0):7.2f} "
+              f"{paired('record', name, 0):7.2f} "
               f"{paired('record', name, 0, 'hooks+id'):9.2f} {paired('passthrough2', name, 0):6.2f}")
 
 
