@@ -33,7 +33,8 @@ from mindspore._c_expression import _DispatchGuardStack
 from time import perf_counter as _perf
 
 from ms_dynvm.frontend.options import Options
-from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _mutated
+from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _mutated, \
+    side_effect_inputs as _side_effect_inputs
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
 from ms_dynvm.frontend.sync import Hooks
 from ms_dynvm.cost.model import SizeSwitch
@@ -63,8 +64,8 @@ class DynVMMode(ms.MsDispatchMode):
             # This step runs bare: the mode is off the stack now, this op runs as plain eager.
             return func(*args, **kwargs) if kwargs else func(*args)
         t1 = self.tier1
-        if not self.serving and name in _INPLACE:  # (serving is off exactly inside record())
-            self._before_inplace(name, args)
+        if not self.serving and (name in _INPLACE or len(args) == 3):  # (serving is off exactly
+            self._before_inplace(name, args)  # inside record(); 3 arguments: maybe a legacy primitive)
         if t1 is None or kwargs:
             out = func(*args, **kwargs) if kwargs else func(*args)
             try:
@@ -100,12 +101,12 @@ class DynVMMode(ms.MsDispatchMode):
         return out
 
     def _before_inplace(self, name, args) -> None:
-        """In a recording, an in-place op is about to write its target: an input's value is copied
-        first (Recorder.before_write)."""
+        """In a recording, an in-place op (or a legacy primitive with side effects) is about to write
+        its target: an input's value is copied first (Recorder.before_write)."""
         try:
             target = _mutated(name, args)
-            if target is not None:
-                self.recorder.before_write(target)
+            for t in (target,) if target is not None else _side_effect_inputs(name, args):
+                self.recorder.before_write(t)
         except Exception as e:  # noqa: BLE001 - never break the script
             self.recorder.on_error(name, e)
 

@@ -74,7 +74,7 @@ Lowerings that are not one-to-one (value-equal, by construction or by measuremen
 In-place ops (`INPLACE`): MindSpore reports some in-place Tensor methods under dedicated names
 (`x.copy_` -> `InplaceCopy`, `x.zero_` -> `InplaceZero`, `x.fill_` -> `InplaceFillScalar` /
 `InplaceFillTensor`, `x.masked_fill_` -> `InplaceMaskedFillScalar`), and legacy Parameter updates
-(`Assign`, `AssignAdd`, `ScatterAdd` ...) mutate their first input too. Each is lowered (when it is)
+(`Assign`, `AssignAdd`, `ScatterAdd`, `IndexAdd` ...) mutate their first input too. Each is lowered (when it is)
 to a value computation whose `outputs[0]` is the NEW value of the mutated tensor; the recorder must
 rebind that tensor to it. The in-place ops lowered here: InplaceCopy (broadcast_to/cast/contiguous of
 src), InplaceZero / InplaceFillScalar (`full_like`), InplaceFillTensor, InplaceMaskedFillScalar /
@@ -82,8 +82,11 @@ InplaceMaskedFillTensor (`masked_fill`), InplaceStopGradient (`identity`), Assig
 AssignAdd / AssignSub (`add`/`sub`, same dtype only); the rest of INPLACE is recorded as opaque calls
 (still in INPLACE so that the mutated tensor gets a new register). NOTE: many in-place METHODS are
 reported under OUT-OF-PLACE names (`x.add_(1)` -> `AddExt`, `x.mul_(y)` -> `Mul`, measured); those
-cannot be told apart here. For legacy-form ops the mutated tensor is `args[2][0]`, not `args[0]`:
-use `mutated_tensor(name, args)`.
+cannot be told apart here (they return the written tensor itself, so the recorder's tag on the
+result is the mutated tensor's). For legacy-form ops the mutated tensor is `args[2][0]`, not
+`args[0]`: use `mutated_tensor(name, args)`. Any other legacy primitive that MindSpore marks
+`side_effect_mem` may write any of its tensor inputs (`side_effect_inputs`): the recorder forgets
+their registers after the call, so their next use reads their new value.
 
 Deliberately None (opaque): BatchNorm (mutates running stats), random ops other than legacy Dropout
 (DropoutExt, InplaceUniform/Normal, ...), data-dependent shapes (NonZero, MaskedSelect), Range (tensor
@@ -101,7 +104,7 @@ from mindspore.common.tensor import Tensor
 from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float, promote
 
 __all__ = ["Tmp", "Lowering", "META", "INPLACE", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
-           "mutated_tensor", "covered_names"]
+           "mutated_tensor", "side_effect_inputs", "covered_names"]
 
 
 class Tmp(NamedTuple):
@@ -1614,7 +1617,7 @@ INPLACE: frozenset = frozenset((
     "InplaceScatterAdd InplaceScatterSrc InplaceScatterSrcReduce InplaceScatterValue "
     "InplaceScatterValueReduce InplaceAddmm InplaceAddr "
     "Assign AssignAdd AssignSub ScatterAdd ScatterSub ScatterUpdate ScatterMul ScatterDiv ScatterMax "
-    "ScatterMin ScatterNdAdd ScatterNdSub ScatterNdUpdate"
+    "ScatterMin ScatterNdAdd ScatterNdSub ScatterNdUpdate IndexAdd"
 ).split())
 
 # Dispatched names whose handler is a function of the op's arguments alone (it reads no primitive
@@ -1663,6 +1666,22 @@ def mutated_tensor(name: str, args: tuple):
         args = args[2]
     first = args[0] if args else None
     return first if isinstance(first, Tensor) else None
+
+
+def side_effect_inputs(name: str, args: tuple) -> list:
+    """Tensor arguments that a legacy primitive NOT in INPLACE may write: every tensor input of a
+    primitive marked `side_effect_mem` (MindSpore's own flag for ops that update an input in place:
+    optimizer applies, BatchNorm in training on some versions, ...). Which inputs it writes is in
+    its signature (`sig_rw.RW_WRITE`), which MindSpore 2.10 does not expose to Python, so all of
+    them count. [] for anything else (pyboost ops carry no primitive; their in-place forms are
+    the Inplace* names of INPLACE)."""
+    if name in INPLACE or len(args) != 3 or type(args[1]) is not str or type(args[2]) is not tuple \
+            or args[1] != name:
+        return []
+    attrs = getattr(args[0], "attrs", None)
+    if not isinstance(attrs, dict) or not attrs.get("side_effect_mem"):
+        return []
+    return [a for a in args[2] if isinstance(a, Tensor)]
 
 
 def covered_names() -> frozenset:

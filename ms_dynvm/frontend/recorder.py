@@ -91,6 +91,7 @@ _TMP = _norm.Tmp
 _INPLACE = _norm.INPLACE
 _IN_ORDER = _norm.TENSOR_ARGS_IN_ORDER
 _mutated = _norm.mutated_tensor
+_side_effect_inputs = _norm.side_effect_inputs
 _TABLE = _norm._TABLE
 _REJECT = _norm._REJECT
 _Lowering = _norm.Lowering
@@ -1299,6 +1300,11 @@ class Recorder:
         res = _flat_tensors(out, [])
         types = [tensor_type(t) for t in res]
         outs = self._emit(block, "call", regs, (1 << len(regs)) - 1, {"target": name}, types)
+        # A legacy primitive with side effects wrote some of its tensor inputs (which ones MindSpore
+        # does not say): their registers are stale, their next use reads the tensor again (before the
+        # results are bound: a result may be one of them).
+        for t in _side_effect_inputs(name, args):
+            self.forget(t)
         for t, r in zip(res, outs):
             self._bind(t, r)
         if name in _INPLACE and outs:

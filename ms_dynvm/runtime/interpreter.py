@@ -1379,8 +1379,9 @@ def run_instr(instr, values: dict[int, np.ndarray], types: dict[int, TensorType]
 
 def interpret(program, inputs: list, *, call_handler=None) -> list[np.ndarray]:
     """Run `program` on `inputs` (arrays for `program.inputs`, in order) and return the arrays of
-    `program.outputs`. Inputs must have exactly the NumPy dtype of their declared type (float32 for
-    bf16, rounded on entry) and fit its shape. `call` instructions go to
+    `program.outputs`. Inputs must have exactly the NumPy dtype of their declared type (for bf16:
+    float32, rounded on entry, or a 2-byte bfloat16 array as MindSpore's `asnumpy()` gives) and fit
+    its shape. `call` instructions go to
     `call_handler(instr, args) -> tuple of arrays`."""
     if len(inputs) != len(program.inputs):
         raise ValueError(f"program takes {len(program.inputs)} inputs, got {len(inputs)}")
@@ -1394,6 +1395,8 @@ def interpret(program, inputs: list, *, call_handler=None) -> list[np.ndarray]:
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"{label}: expected a NumPy array, got {type(arr).__name__}")
         want = dtypes.to_numpy(ty.dtype)
+        if ty.dtype == "bf16" and arr.dtype.name == "bfloat16" and arr.dtype.itemsize == 2:
+            arr = arr.astype(want)  # a 2-byte bfloat16 array (MindSpore's asnumpy): exact in float32
         if arr.dtype != want:
             raise ValueError(f"{label}: dtype {arr.dtype}, expected {want}")
         why = _match_shape(ty.shape, arr.shape, env)
