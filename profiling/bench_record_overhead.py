@@ -27,6 +27,8 @@ Configurations:
                 (epoch, n): no normalisation, no types, no plan lookup. What is left between it
                 and 5 us is all any recorder of this design could spend on the rest
 - hooks+ctrace: the same minimal trace in C (profiling/_ctrace.c, a builtin as `on_op`)
+- ctrace-bare:  that C trace in a bare MsDispatchMode (no ms_dynvm: no hooks, no blocks): the floor
+                of any exact recorder in MindSpore 2.10's dispatch mode, whatever its design
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
                 (ops that find their plan recorded by the C hot path, frontend/_crecord.c)
@@ -267,6 +269,14 @@ def main() -> None:
     ctrace_list = []
     ctrace.setup(ms.Tensor, id_key, ctrace_list)
 
+    c_on_op = ctrace.on_op
+
+    class CTraceBare(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, a, kwargs=None):
+            out = func(*a)
+            c_on_op(func.name, a, out)
+            return out
+
     def run_config(cfg, fn, inp, calls):
         if cfg == "eager":
             return run(fn, inp, calls)
@@ -275,6 +285,9 @@ def main() -> None:
                 return run(fn, inp, calls)
         if cfg == "id-floor":
             with IdFloor():
+                return run(fn, inp, calls)
+        if cfg == "ctrace-bare":
+            with CTraceBare():
                 return run(fn, inp, calls)
         if cfg.endswith("(timed)"):
             rec_mod.Recorder.on_op = timed_on_op
@@ -295,7 +308,7 @@ def main() -> None:
             rec_mod.Recorder.on_op = orig_on_op
 
     configs = (["eager", "passthrough", "passthrough2", "id-floor", "hooks-only", "hooks+id", "hooks+trace",
-                "hooks+ctrace", "count-only",
+                "hooks+ctrace", "ctrace-bare", "count-only",
                 "record", "record-py"]
                + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
@@ -414,14 +427,14 @@ def main() -> None:
               f"{paired('id-floor', name, 0):8.2f} {paired('id-floor', name, 1):6.2f}")
     print("floor: per-op wall overhead over passthrough (paired medians, us/op) of ms_dynvm's hooks with "
           "nothing recorded (hooks-only), of its hooks plus the identity calls (hooks+id, the floor of "
-          "this design), of a minimal trace on top (hooks+trace; in C: ctrace), of record, and record's excess over "
+          "this design), of a minimal trace on top (hooks+trace; in C: ctrace; the C trace in a bare dispatch mode, without ms_dynvm: bare), of record, and record's excess over "
           "the floor (record - hooks+id, paired)")
-    print(f"{'workload':16s} {'id-floor':>8s} {'hooks-only':>10s} {'hooks+id':>8s} {'hooks+trace':>11s} {'ctrace':>7s} "
+    print(f"{'workload':16s} {'id-floor':>8s} {'hooks-only':>10s} {'hooks+id':>8s} {'hooks+trace':>11s} {'ctrace':>7s} {'bare':>6s} "
           f"{'record':>7s} {'rec-floor':>9s} {'A/A':>6s}")
     for name in cases:
         print(f"{name:16s} {paired('id-floor', name, 0):8.2f} {paired('hooks-only', name, 0):10.2f} "
               f"{paired('hooks+id', name, 0):8.2f} {paired('hooks+trace', name, 0):11.2f} "
-              f"{paired('hooks+ctrace', name, 0):7.2f} "
+              f"{paired('hooks+ctrace', name, 0):7.2f} {paired('ctrace-bare', name, 0):6.2f} "
               f"{paired('record', name, 0):7.2f} "
               f"{paired('record', name, 0, 'hooks+id'):9.2f} {paired('passthrough2', name, 0):6.2f}")
 
