@@ -103,7 +103,7 @@ from mindspore.common.tensor import Tensor
 
 from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float, promote
 
-__all__ = ["Tmp", "Lowering", "META", "INPLACE", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
+__all__ = ["Tmp", "Lowering", "META", "INPLACE", "OVERWRITES", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
            "mutated_tensor", "side_effect_inputs", "covered_names"]
 
 
@@ -1618,6 +1618,12 @@ INPLACE: frozenset = frozenset((
     "InplaceScatterValueReduce InplaceAddmm InplaceAddr "
     "Assign AssignAdd AssignSub ScatterAdd ScatterSub ScatterUpdate ScatterMul ScatterDiv ScatterMax "
     "ScatterMin ScatterNdAdd ScatterNdSub ScatterNdUpdate IndexAdd"
+).split())
+
+# In-place ops that do not read the value they overwrite (fills and copies).
+OVERWRITES: frozenset = frozenset((
+    "InplaceCopy InplaceZero InplaceFillScalar InplaceFillTensor Assign InplaceUniform InplaceNormal "
+    "InplaceRandom InplaceExponential InplaceBernoulliScalar InplaceBernoulliTensor"
 ).split())
 
 # Dispatched names whose handler is a function of the op's arguments alone (it reads no primitive

@@ -731,15 +731,20 @@ class Recorder:
             if tag is not None and tag[0] == self.epoch:
                 t._set_user_data(_KEY, None)
 
-    def before_write(self, tensor) -> None:
+    def before_write(self, tensor, reads: bool = True) -> None:
         """In a recording: `tensor` is about to be written in place; if it is a program input, its
-        value is copied first (`Recording.input_arrays`)."""
+        value is copied first (`Recording.input_arrays`). `reads`: the op reads the tensor's old
+        value (an in-place add, not a fill): where this is the tensor's first use in the program,
+        it becomes an input now, with its value before the write (made by the op's recording, after
+        the write, it would read the new value: the add applied twice)."""
         rec = self.recording
         if rec is None:
             return
         tag = tensor._get_user_data(_KEY)
         if tag is None or tag[0] != self.epoch:
-            return
+            if not reads:
+                return
+            tag = self._input_tag(tensor, tag)
         for k, inp in enumerate(self.program.inputs):
             if inp.reg == tag[1]:
                 if k not in rec._snaps:

@@ -346,6 +346,35 @@ def test_record_across_legacy_side_effect_writes():
         np.testing.assert_array_equal(got[rec.output_index(t)], t.asnumpy())
 
 
+def test_record_first_use_is_an_in_place_update():
+    """A tensor whose first use in the scope is an in-place op that reads it (assign_add/assign_sub,
+    a scatter_add into a Parameter) is an input with its value BEFORE the write (it was made an
+    input by the op's recording, after the write, and the add was applied twice: [6, 5] for eager's
+    [5, 3], a held-out round's hand-written Adam step counter); a fill (assign) does not read it."""
+    from mindspore import Parameter, ops
+
+    one = ms.Tensor(np.array([1.0, 2.0], np.float32))
+    t = Parameter(ms.Tensor(np.array([4.0, 1.0], np.float32)), name="t")
+    u = Parameter(ms.Tensor(np.array([4.0, 1.0], np.float32)), name="u")
+    v = Parameter(ms.Tensor(np.zeros((3, 2), np.float32)), name="v")
+    w = Parameter(ms.Tensor(np.array([9.0, 9.0], np.float32)), name="w")
+    with ms_dynvm.record() as rec:
+        ops.assign_add(t, one)
+        a = t * 1
+        ops.assign_sub(u, one)
+        b = u * 1
+        ops.scatter_add(v, ms.Tensor(np.array([0, 2, 0], np.int32)), ms.Tensor(np.ones((3, 2), np.float32)))
+        c = v * 1
+        ops.assign(w, one)
+        d = w * 1
+    assert a.asnumpy().tolist() == [5.0, 3.0] and b.asnumpy().tolist() == [3.0, -1.0]
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays(), call_handler=_replay_calls(rec))
+    for x in (a, b, c, d):
+        np.testing.assert_array_equal(got[rec.output_index(x)], x.asnumpy())
+    # w (assigned, never read before): not an input with its old value
+    assert not any(np.array_equal(arr, [9.0, 9.0]) for arr in rec.input_arrays())
+
+
 def test_interpret_takes_mindspore_bfloat16_arrays():
     """`rec.input_arrays()` gives MindSpore's 2-byte bfloat16 arrays for bf16 inputs; `interpret`
     takes them (as it takes float32 ones)."""
