@@ -16,8 +16,8 @@ Numerics:
   float64 from the input cast to the result dtype, then round once to the result dtype (tested
   against MindSpore's float32 kernels with rtol = atol = 1e-5). erf uses a vectorised `math.erf`.
   Except where MindSpore's own float32 formula was reproduced and is used instead (so the VM's
-  semantics are eager's values): exp, expm1, log1p, tanh, mish, sigmoid, silu, elu (`_MS_F32`) and
-  softmax (`_softmax_f32_ms`); float16 exp, tanh, elu, mish, sigmoid, silu, rsqrt, expm1, log1p,
+  semantics are eager's values): exp, expm1, log1p, tanh, mish, sigmoid, silu, elu, rsqrt
+  (`_MS_F32`), hardswish and hardsigmoid (in float32) and softmax (`_softmax_f32_ms`); float16 exp, tanh, elu, mish, sigmoid, silu, rsqrt, expm1, log1p,
   sin, cos, tan as MindSpore's float16 kernels compute them (`_MS_F16`: float32 formulas, some
   rounding every step to float16; bit-equal over every finite float16 but 44 mish values).
 - bf16 values are held in float32 and rounded to bfloat16 (round to nearest even on the bit
@@ -346,6 +346,7 @@ _MS_F32 = {
     "sigmoid": lambda x, a: _sigmoid_ms(x),
     "silu": lambda x, a: _silu_ms(x),
     "elu": lambda x, a: _elu_ms(x, a["alpha"]),
+    "rsqrt": lambda x, a: _F32(1.0) / np.sqrt(x),  # 1 / sqrtf(x): two float32 roundings
 }
 
 
@@ -431,9 +432,13 @@ def _hard(op, args, attrs):
     """Piecewise as MindSpore: 0 for x <= -3; x (hardswish) or 1 (hardsigmoid) for x >= 3; else
     x*(x+3)/6 or (x+3)/6 (so -inf -> 0, NaN stays NaN); integer inputs truncate."""
     x = args[0]
-    xf = x.astype(F64)
-    mid = xf * (xf + 3.0) / 6.0 if op == "hardswish" else (xf + 3.0) / 6.0
-    r = np.where(xf <= -3.0, 0.0, np.where(xf >= 3.0, xf if op == "hardswish" else 1.0, mid))
+    # float32 in float32, as MindSpore's kernel (x * relu6(x + 3) / 6): bit-equal on every
+    # bfloat16-representable float32 (measured); the other dtypes in float64.
+    ct = np.dtype(_F32) if x.dtype == _F32 else F64
+    xf = x.astype(ct)
+    three, six = ct.type(3.0), ct.type(6.0)
+    mid = (xf * (xf + three)) / six if op == "hardswish" else (xf + three) / six
+    r = np.where(xf <= -3.0, ct.type(0.0), np.where(xf >= 3.0, xf if op == "hardswish" else ct.type(1.0), mid))
     return (np.trunc(r) if x.dtype.kind in "iub" else r).astype(x.dtype)
 
 

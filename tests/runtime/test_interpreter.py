@@ -1042,6 +1042,30 @@ def test_float16_unary_bit_equal_to_mindspore_on_every_float16(mst):
         assert np.all(np.abs(w - g) <= np.abs(np.spacing(want[~same])).astype(np.float64)), op
 
 
+def test_float32_unary_bit_equal_to_mindspore(mst):
+    """float32 ops whose MindSpore formula the interpreter follows, against MindSpore on every
+    bfloat16-representable float32 from 1e-30 to 3.4e38 (both signs, and 0): bit-equal (NaN where
+    MindSpore gives NaN). Subnormals and the smallest normals are left out: MindSpore's CPU kernels
+    flush subnormal inputs, intermediates and results in some runs and not in others (README). log
+    is left out: MindSpore's is 1 ulp from the correctly rounded one on some inputs in some
+    processes and not in others (seen in the whole suite, not alone)."""
+    tiny = np.finfo(np.float32).tiny
+    bits = (np.arange(0, 1 << 16, dtype=np.uint32) << 16).view(np.float32)
+    x = bits[np.isfinite(bits) & ((np.abs(bits) >= 1e-30) | (bits == 0))]
+    t = mst.Tensor(x)
+    o = mst.ops
+    cases = {"exp": (o.exp, {}), "tanh": (o.tanh, {}), "sigmoid": (o.sigmoid, {}), "elu": (o.elu, {"alpha": 1.0}),
+             "sin": (o.sin, {}), "cos": (o.cos, {}), "tan": (o.tan, {}),
+             "sqrt": (o.sqrt, {}), "rsqrt": (o.rsqrt, {}), "reciprocal": (o.reciprocal, {}),
+             "hardswish": (o.hardswish, {}), "hardsigmoid": (o.hardsigmoid, {})}
+    for op, (fn, attrs) in cases.items():
+        want = fn(t).asnumpy()
+        got = _run(op, [x], **attrs)
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        same |= (np.abs(got) < tiny) & (np.abs(want) < tiny)  # a subnormal result, flushed or not
+        assert got.dtype == np.float32 and same.all(), (op, x[~same][:5], want[~same][:5], got[~same][:5])
+
+
 # --- semantics spot checks (values measured on MindSpore 2.10 CPU) -----------------------------
 def _run(op, args, **attrs):
     return IMPLS[op](args, opcodes.full_attrs(op, attrs))
