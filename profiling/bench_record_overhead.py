@@ -9,26 +9,27 @@ Configurations:
 - eager:        no dispatch mode at all
 - passthrough:  an MsDispatchMode whose handler only calls `func(*args)` (twice: passthrough2, A/A)
 - id-floor:     a pass-through MsDispatchMode that also does what every exact recorder must do per op
-                in MindSpore 2.10, and nothing else: read the user data of each tensor argument and
-                write the result's (`_get_user_data`/`_set_user_data`, the only tensor identity that
-                survives MindSpore's fresh Python wrappers; see frontend/recorder.py). Its overhead
-                over passthrough is a floor under any recorder built on that identity.
+                in MindSpore 2.10, and nothing else: read the user data of each tensor argument
+                (a legacy primitive's inputs unwrapped; tensors found by exact type, as the recorder
+                finds them) and write each tensor result's (`_get_user_data`/`_set_user_data`, the
+                only tensor identity that survives MindSpore's fresh Python wrappers; see
+                frontend/recorder.py). Its overhead over passthrough is a floor under any recorder
+                built on that identity.
 - hooks-only:   ms_dynvm.enable(jit=False) with a recorder that does nothing per op (`Recorder.on_op`
                 a no-op): ms_dynvm's dispatch mode and its hooks (nn.Cell calls, the grad wrapper,
                 sync points) and the block ends they make, with nothing recorded: what the issue's
                 design (blocks end at Cell boundaries and phase changes) costs before the first
                 instruction is recorded
-- hooks+id:     the same with `on_op` doing only what id-floor's handler does (a user-data read per
-                tensor argument and a write per result): the floor under any exact recorder of this
-                design in MindSpore 2.10; `record` minus `hooks+id` is what recording itself costs
-- hooks+trace:  the same with `on_op` (in Python) doing the least an exact recorder can do beyond the identity
-                calls: per op one tuple (name, the tags read off the tensor arguments, the other
-                arguments, the result's tag) appended to a list kept for the block, the result tagged
-                (epoch, n): no normalisation, no types, no plan lookup. What is left between it
-                and 5 us is all any recorder of this design could spend on the rest
-- hooks+ctrace: the same minimal trace in C (profiling/_ctrace.c, a builtin as `on_op`)
-- ctrace-bare:  that C trace in a bare MsDispatchMode (no ms_dynvm: no hooks, no blocks): the floor
-                of any exact recorder in MindSpore 2.10's dispatch mode, whatever its design
+- hooks+id:     the same with `on_op` doing only what id-floor's handler does: the floor under any
+                exact recorder of this design in MindSpore 2.10; `record` minus `hooks+id` is what
+                recording itself costs
+- hooks+trace:  the same with `on_op` (in Python) also keeping a minimal trace: the op's name and the
+                tags read appended to a flat list (ints and the name: nothing for the collector to
+                track), results tagged with ints; no normalisation, no types, no plan lookup
+- hooks+ctrace: that minimal trace in C (profiling/_ctrace.c, a builtin as `on_op`; its trace is a
+                preallocated C buffer)
+- ctrace-bare:  the C trace in a bare MsDispatchMode (no ms_dynvm: no hooks, no blocks): the floor of
+                any exact recorder in MindSpore 2.10's dispatch mode, whatever its design
 - count-only:   ms_dynvm with record=False (counting and normalisation, no bytecode)
 - record:       ms_dynvm.enable(jit=False): every op recorded into bytecode blocks, nothing compiled
                 (ops that find their plan recorded by the C hot path, frontend/_crecord.c)
@@ -177,16 +178,38 @@ def main() -> None:
 
     id_key = "bench.id_floor"
     id_n = [0]
+    tensor_types = {}  # type -> whether it is a Tensor (class): an exact-type lookup, as the recorder's
+
+    def is_tensor(x):
+        tx = type(x)
+        r = tensor_types.get(tx)
+        if r is None:
+            r = tensor_types[tx] = issubclass(tx, ms.Tensor)
+        return r
+
+    def tensor_args(a):
+        """The arguments the recorder reads tags of: a legacy primitive's `(prim, name, inputs)`
+        unwrapped."""
+        if len(a) == 3 and type(a[1]) is str and type(a[2]) is tuple:
+            return a[2]
+        return a
+
+    def tag_results(out):
+        for o in (out,) if not isinstance(out, (tuple, list)) else out:
+            if is_tensor(o):
+                id_n[0] += 1
+                o._set_user_data(id_key, id_n[0])
+
+    def id_calls(a, out):
+        for x in tensor_args(a):
+            if is_tensor(x):
+                x._get_user_data(id_key)
+        tag_results(out)
 
     class IdFloor(ms.MsDispatchMode):
         def __ms_dispatch__(self, func, a, kwargs=None):
             out = func(*a)
-            for x in a:
-                if isinstance(x, ms.Tensor):  # Parameters too, as the recorder
-                    x._get_user_data(id_key)
-            if type(out) is ms.Tensor:
-                id_n[0] += 1
-                out._set_user_data(id_key, (0, id_n[0]))
+            id_calls(a, out)
             return out
 
     class Counter(ms.MsDispatchMode):
@@ -240,35 +263,23 @@ def main() -> None:
 
     def id_on_op(self, name, a, out):
         self.last_op = self.last_tags = None
-        for x in a:
-            if isinstance(x, ms.Tensor):
-                x._get_user_data(id_key)
-        if type(out) is ms.Tensor:
-            id_n[0] += 1
-            out._set_user_data(id_key, (0, id_n[0]))
+        id_calls(a, out)
 
     trace = []
 
-    def trace_on_op(self, name, a, out):
+    def trace_on_op(self, name, a, out):  # _ctrace.c's on_op in Python (its buffer: a list)
         self.last_op = self.last_tags = None
-        tags = []
-        for x in a:
-            if isinstance(x, ms.Tensor):
-                tags.append(x._get_user_data(id_key))
-            else:
-                tags.append(x)
-        id_n[0] += 1
-        otag = (0, id_n[0])
-        if type(out) is ms.Tensor:
-            out._set_user_data(id_key, otag)
-        trace.append((name, tuple(tags), otag))
-        if len(trace) >= 4096:  # a block's worth: dropped as a closed block would be handed on
+        trace.append(name)
+        for x in tensor_args(a):
+            if is_tensor(x):
+                trace.append(x._get_user_data(id_key))
+        tag_results(out)
+        trace.append(id_n[0])
+        if len(trace) >= 1 << 16:  # a block's worth: dropped as a closed block would be handed on
             trace.clear()
 
     ctrace = load_ctrace()
-    ctrace_list = []
-    ctrace.setup(ms.Tensor, id_key, ctrace_list)
-
+    ctrace.setup(ms.Tensor, id_key)
     c_on_op = ctrace.on_op
 
     class CTraceBare(ms.MsDispatchMode):
@@ -313,11 +324,12 @@ def main() -> None:
                + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
     for cfg in configs:  # warm-up
+        n0, t0 = ctrace.calls(), len(trace)
         for name, (fn, inp) in cases.items():
             current[0] = name
             run_config(cfg, fn, inp, 2)
-    if not (trace and ctrace_list):
-        raise SystemExit("the trace configurations recorded nothing: their on_op was not called")
+        if cfg in ("hooks+ctrace", "ctrace-bare") and ctrace.calls() == n0 or cfg == "hooks+trace" and len(trace) == t0:
+            raise SystemExit(f"{cfg}: its on_op was not called")
     for s in list(spent.values()) + list(spent_py.values()):
         s.clear()
     gc.collect()  # the set-up's garbage is nobody's: do not bill it to the first config that allocates

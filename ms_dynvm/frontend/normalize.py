@@ -64,6 +64,8 @@ Lowerings that are not one-to-one (value-equal, by construction or by measuremen
   with the outputs swapped. `MaxDim/MinDim` return (values, indices) and map directly.
 - `LogSoftmaxGrad(y, dy, axis)` -> dy - exp(y) * sum(dy, axis, keepdims), exp(NaN) taken as +inf.
 - `Dense(x, w, b)` -> `matmul{transpose_b}` + `bias_add{axis=-1}`.
+- `BiasAdd(x, b)` with a bias of another dtype -> `cast` of b to x's dtype + `bias_add` (what
+  MindSpore computes: a float32 bias Parameter under `Cell.to_float(float16)` is rounded first).
 - `StridedSlice` with shrink_axis_mask -> `slice` + `squeeze` (ellipsis/new_axis masks: None).
 - `FillV2(shape, value_tensor)` -> `broadcast_to` + `contiguous`.
 - `Flatten` (legacy: keep dim 0) -> `reshape{shape=(x.shape[0], -1)}`.
@@ -1120,7 +1122,13 @@ def _bias_add(a, prim):
     x, b, fmt = a
     if type(fmt) is not int:
         raise _Unsupported
-    return ("bias_add", (_t(x), _t(b)), {"axis": _BIAS_AXIS[fmt]})
+    axis = _BIAS_AXIS[fmt]
+    xd = _vm_dtype(_t(x))
+    if _vm_dtype(_t(b)) != xd:
+        # MindSpore rounds the bias to x's dtype first (a float32 Parameter under Cell.to_float(float16)
+        # or amp O2: that Cast is not dispatched), then adds in x's dtype.
+        return Lowering([("cast", (b,), {"dtype": xd}), ("bias_add", (x, Tmp(0)), {"axis": axis})], _OUT_LAST2)
+    return ("bias_add", (x, b), {"axis": axis})
 
 
 def _hw(v) -> tuple:
