@@ -1695,7 +1695,14 @@ def side_effect_inputs(name: str, args: tuple) -> list:
     attrs = getattr(args[0], "attrs", None)
     if not isinstance(attrs, dict) or not attrs.get("side_effect_mem"):
         return []
-    return [a for a in args[2] if isinstance(a, Tensor)]
+    which = _SIDE_EFFECT_WRITES.get(name)
+    return [a for i, a in enumerate(args[2]) if isinstance(a, Tensor) and (which is None or i in which)]
+
+
+# Inputs that a side-effect primitive writes, where known (else all of them count): BatchNorm in
+# training updates its moving mean and variance, not x, scale or bias (copying x, an activation
+# batch, at every call of a record() scope and making it a new input after would be waste).
+_SIDE_EFFECT_WRITES = {"BatchNorm": (3, 4)}
 
 
 def covered_names() -> frozenset:

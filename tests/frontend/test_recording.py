@@ -341,7 +341,18 @@ def test_record_across_legacy_side_effect_writes():
     assert z.asnumpy().tolist() == [10.0, 10.0, 20.0] and a.asnumpy().tolist() == [2.0, 2.0, 2.0]
     assert not np.array_equal(b.asnumpy(), a.asnumpy())
     assert any("written in place" in w for w in rec.warnings)
-    got = ms_dynvm.interpret(rec.program, rec.input_arrays(), call_handler=_replay_calls(rec))
+
+    def compute(instr, args):  # the calls computed from their operands (not replayed)
+        if instr.attrs["target"] == "IndexAdd":
+            x, i, y = args
+            x = x.copy()
+            np.add.at(x, i, y)
+            return (x,)
+        assert instr.attrs["target"] == "ApplyMomentum"
+        var, acc, grad = args  # (lr 0.1 and momentum 0.9 are not operands)
+        return (var - np.float32(0.1) * (acc * np.float32(0.9) + grad),)
+
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays(), call_handler=compute)
     for t in (z, a, b, d):
         np.testing.assert_array_equal(got[rec.output_index(t)], t.asnumpy())
 
@@ -392,6 +403,26 @@ def test_float16_dense_with_a_float32_bias_interprets_as_eager():
     assert any(i.op == "cast" and i.attrs["dtype"] == "f16" for i in rec.program.instrs())
     got = ms_dynvm.interpret(rec.program, rec.input_arrays())[rec.output_index(y)]
     assert got.dtype == np.float16 and np.array_equal(got, want)
+
+
+def test_record_batchnorm_training_copies_only_its_running_statistics():
+    """BatchNorm in training (a side_effect_mem primitive) writes its moving mean and variance, not
+    x: in record() only the statistics are copied before the call, and x, used again after it,
+    stays one input."""
+    from mindspore import nn
+
+    bn = nn.BatchNorm1d(3)
+    bn.set_train(True)
+    x = ms.Tensor(np.random.default_rng(0).random((4, 3)).astype(np.float32))
+    with ms_dynvm.record() as rec:
+        bn(x)
+        w = x * 2.0
+    names = [inp.name for inp in rec.program.inputs]
+    snapped = sorted(names[k] for k in rec._snaps)
+    assert snapped == sorted(n for n in names if "moving" in n) and len(snapped) == 2, (names, snapped)
+    xs = [k for k, inp in enumerate(rec.program.inputs) if inp.kind == "tensor"]
+    assert len(xs) == 1 and rec.inputs[xs[0]].shape == x.shape  # x: one input, before and after
+    assert np.array_equal(rec.input_arrays()[xs[0]] * 2.0, w.asnumpy())
 
 
 def test_interpret_takes_mindspore_bfloat16_arrays():
