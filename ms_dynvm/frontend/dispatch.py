@@ -33,8 +33,8 @@ from mindspore._c_expression import _DispatchGuardStack
 from time import perf_counter as _perf
 
 from ms_dynvm.frontend.options import Options
-from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, OVERWRITES as _OVERWRITES, \
-    mutated_tensor as _mutated, side_effect_inputs as _side_effect_inputs
+from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _mutated, \
+    reads_target as _reads_target, side_effect_inputs as _side_effect_inputs
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
 from ms_dynvm.frontend.sync import Hooks
 from ms_dynvm.cost.model import SizeSwitch
@@ -105,8 +105,10 @@ class DynVMMode(ms.MsDispatchMode):
         its target: an input's value is copied first (Recorder.before_write)."""
         try:
             target = _mutated(name, args)
-            for t in (target,) if target is not None else _side_effect_inputs(name, args):
-                self.recorder.before_write(t, name not in _OVERWRITES)
+            if target is not None:
+                self.recorder.before_write(target, _reads_target(name, args, target))
+            for t in _side_effect_inputs(name, args):
+                self.recorder.before_write(t)
         except Exception as e:  # noqa: BLE001 - never break the script
             self.recorder.on_error(name, e)
 

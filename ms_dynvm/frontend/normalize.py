@@ -101,12 +101,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from mindspore._c_expression import TensorPy
 from mindspore.common.tensor import Tensor
 
 from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float, promote
 
 __all__ = ["Tmp", "Lowering", "META", "INPLACE", "OVERWRITES", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
-           "mutated_tensor", "side_effect_inputs", "covered_names"]
+           "mutated_tensor", "reads_target", "side_effect_inputs", "covered_names"]
 
 
 class Tmp(NamedTuple):
@@ -528,8 +529,11 @@ def _elu(a, prim):
 
 
 def _selu(a, prim):
-    # selu(x) = scale * elu(x, alpha)
+    # selu(x) = scale * elu(x, alpha); MindSpore's integer SeLU is not that (int32 [-3, -1] gives
+    # [0, 0], the float formula truncated gives [-1, -1]): opaque
     (x,) = a
+    if _vm_dtype(_t(x)) not in ("f16", "bf16", "f32", "f64"):
+        raise _Unsupported
     return Lowering([("elu", (_t(x),), {"alpha": 1.6732632423543772}),
                      ("mul", (Tmp(0), 1.0507009873554805), {})], _OUT_LAST2)
 
@@ -1702,7 +1706,34 @@ def side_effect_inputs(name: str, args: tuple) -> list:
 # Inputs that a side-effect primitive writes, where known (else all of them count): BatchNorm in
 # training updates its moving mean and variance, not x, scale or bias (copying x, an activation
 # batch, at every call of a record() scope and making it a new input after would be waste).
-_SIDE_EFFECT_WRITES = {"BatchNorm": (3, 4)}
+_SIDE_EFFECT_WRITES = {
+    "BatchNorm": (3, 4),         # x, scale, bias, moving mean, moving variance
+    "ApplyMomentum": (0, 1),     # variable, accumulation, lr, gradient, momentum
+    "ApplyAdagrad": (0, 1),      # var, accum, lr, grad
+    "Adam": (0, 1, 2),           # var, m, v, beta1_power, beta2_power, lr, beta1, beta2, eps, grad
+    "SGD": (0, 3, 5),            # parameters, gradient, learning_rate, accum, momentum, stat
+}
+
+
+def reads_target(name: str, args: tuple, target) -> bool:
+    """Whether the in-place op `name` reads the old value of `target` (its mutated tensor): every
+    INPLACE op but the fills and copies of OVERWRITES, and those too where another tensor argument
+    is the target itself or its storage (`x.copy_(x)`, `assign(x, x)`: pyboost ops get a fresh
+    wrapper per argument, so storage is compared too)."""
+    if name not in OVERWRITES:
+        return True
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
+        args = args[2]
+    ptr = None
+    for a in args[1:]:  # (the target is the first input: mutated_tensor)
+        if a is target:
+            return True
+        if isinstance(a, Tensor):
+            if ptr is None:
+                ptr = TensorPy._data_ptr(target)
+            if TensorPy._data_ptr(a) == ptr:
+                return True
+    return False
 
 
 def covered_names() -> frozenset:

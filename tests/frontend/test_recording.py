@@ -425,6 +425,46 @@ def test_record_batchnorm_training_copies_only_its_running_statistics():
     assert np.array_equal(rec.input_arrays()[xs[0]] * 2.0, w.asnumpy())
 
 
+def test_record_self_copy_and_read_only_optimizer_inputs():
+    """Found by an in-place fuzzer: (1) a tensor whose first use is a copy from itself
+    (`x.copy_(x)`, `assign(x, x)`) and which is written again later is an input with its value
+    before the writes; (2) a tensor that a side-effect optimizer op only reads (ApplyMomentum's
+    gradient) keeps its register: only the variable and the accumulation are written; (3) integer
+    SeLU, which is not the float formula in MindSpore, is an opaque call."""
+    from mindspore import Parameter, ops
+    from mindspore.ops import operations as P
+
+    for how in ("copy_", "assign"):
+        x = ms.Tensor(np.array([1.0, 2.0, 3.0], np.float32))
+        with ms_dynvm.record() as rec:
+            if how == "copy_":
+                x.copy_(x)
+            else:
+                ops.assign(x, x)
+            ops.assign_add(x, x)
+            y = x * 1.0
+        got = ms_dynvm.interpret(rec.program, rec.input_arrays())[rec.output_index(y)]
+        assert y.asnumpy().tolist() == [2.0, 4.0, 6.0] and np.array_equal(got, y.asnumpy()), (how, got)
+
+    var = Parameter(ms.Tensor(np.zeros(2, np.float32)), name="var")
+    acc = Parameter(ms.Tensor(np.zeros(2, np.float32)), name="acc")
+    g = ms.Tensor(np.array([1.0, 2.0], np.float32)) + 0.0
+    with ms_dynvm.record() as rec:
+        h = g * 3.0
+        P.ApplyMomentum()(var, acc, 0.5, h, 0.9)
+        z = h + 1.0
+    add = next(i for i in rec.program.instrs() if i.op == "add")
+    mul = next(i for i in rec.program.instrs() if i.op == "mul")
+    assert int(add.args[0]) == mul.outs[0]  # h's register, not a new input (it was forgotten)
+    assert sum(1 for i in rec.program.inputs if i.kind == "tensor") == 2  # g and the scalar 1.0
+
+    xi = ms.Tensor(np.array([-3, -1, 0, 1, 2], np.int32))
+    with ms_dynvm.record() as rec:
+        yi = ops.selu(xi)
+    assert [i.attrs.get("target") for i in rec.program.instrs()] == ["SeLU"]
+    assert yi.asnumpy().tolist() == [0, 0, 0, 1, 2]
+
+
 def test_interpret_takes_mindspore_bfloat16_arrays():
     """`rec.input_arrays()` gives MindSpore's 2-byte bfloat16 arrays for bf16 inputs; `interpret`
     takes them (as it takes float32 ones)."""
