@@ -9,7 +9,10 @@
    no types, no plans: a floor under any recorder built on MindSpore's per-C++-tensor user data,
    the only tensor identity that survives its fresh Python wrappers.
 
-   setup(tensor_type, key) once; on_op(name, args, out) -> None; calls() -> ops traced so far. */
+   setup(tensor_type, key) once; on_op(name, args, out) -> None; calls() -> ops traced so far.
+   set_keep(n, keep): an experiment (bench_record_overhead.py --keep-objects): on_op also makes n
+   4-tuples holding two new ints each (3n objects, about what the recorder makes per instruction
+   for n = 3), kept in a list of up to 8192 (keep = 1) or freed at once (keep = 0). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -21,6 +24,7 @@ static PyObject *KEY_, *s_get, *s_set;
 static intptr_t buf[CAP];
 static Py_ssize_t pos;
 static long long n_, calls_;
+static int keep_n, keep_mode; static PyObject *KEEP_;
 
 static void put(intptr_t v) { buf[pos] = v; pos = (pos + 1) & (CAP - 1); }
 
@@ -66,6 +70,20 @@ static PyObject *on_op(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
         }
     }
     calls_++;
+    for (int i = 0; i < keep_n; i++) {  /* set_keep's experiment */
+        PyObject *a = PyLong_FromLongLong(n_ + 1000 + i), *b = PyLong_FromLongLong(n_ + 5000 + i);
+        PyObject *t = (a && b) ? PyTuple_Pack(4, a, b, argv[0], Py_None) : NULL;
+        Py_XDECREF(a); Py_XDECREF(b);
+        if (t == NULL) return NULL;
+        if (keep_mode && PyList_Append(KEEP_, t) < 0) { Py_DECREF(t); return NULL; }
+        Py_DECREF(t);
+    }
+    if (keep_mode && PyList_GET_SIZE(KEEP_) > 8192 && PyList_SetSlice(KEEP_, 0, PY_SSIZE_T_MAX, NULL) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *set_keep(PyObject *self, PyObject *args) {
+    if (!PyArg_ParseTuple(args, "ii", &keep_n, &keep_mode)) return NULL;
+    if (KEEP_ == NULL) KEEP_ = PyList_New(0);
     Py_RETURN_NONE;
 }
 
@@ -83,6 +101,7 @@ static PyMethodDef methods[] = {
     {"on_op", (PyCFunction)(void (*)(void))on_op, METH_FASTCALL, NULL},
     {"setup", setup, METH_VARARGS, NULL},
     {"calls", calls, METH_NOARGS, NULL},
+    {"set_keep", set_keep, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_ctrace", NULL, -1, methods};
 

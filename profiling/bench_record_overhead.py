@@ -161,6 +161,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9, help="rounds over all configurations")
     ap.add_argument("--calls", type=int, default=20, help="calls of the workload per timing")
     ap.add_argument("--jit", action="store_true", help="also time record+jit (compiles kernels)")
+    ap.add_argument("--keep-objects", type=int, default=0, metavar="N",
+                    help="also time hooks+ctrace+keepN: the C trace making 3N Python objects per op "
+                         "and keeping them (as a recorder keeps its instructions) and hooks+ctrace+freeN "
+                         "(made and freed at once)")
     args = ap.parse_args()
 
     import mindspore as ms
@@ -298,6 +302,7 @@ def main() -> None:
             with IdFloor():
                 return run(fn, inp, calls)
         if cfg == "ctrace-bare":
+            ctrace.set_keep(0, 0)
             with CTraceBare():
                 return run(fn, inp, calls)
         if cfg.endswith("(timed)"):
@@ -308,7 +313,8 @@ def main() -> None:
             rec_mod.Recorder.on_op = id_on_op
         elif cfg == "hooks+trace":
             rec_mod.Recorder.on_op = trace_on_op
-        elif cfg == "hooks+ctrace":
+        elif cfg.startswith("hooks+ctrace"):
+            ctrace.set_keep(args.keep_objects if cfg != "hooks+ctrace" else 0, int("+keep" in cfg))
             rec_mod.Recorder.on_op = ctrace.on_op  # a builtin: not bound, called as on_op(name, a, out)
         ms_dynvm.enable(record=(cfg != "count-only"), jit=(cfg == "record+jit"),
                         c_hot_path=not cfg.startswith("record-py"))
@@ -321,14 +327,17 @@ def main() -> None:
     configs = (["eager", "passthrough", "passthrough2", "id-floor", "hooks-only", "hooks+id", "hooks+trace",
                 "hooks+ctrace", "ctrace-bare", "count-only",
                 "record", "record-py"]
-               + (["record+jit"] if args.jit else []) + ["record(timed)", "record-py(timed)"])
+               + (["record+jit"] if args.jit else [])
+               + ([f"hooks+ctrace+keep{args.keep_objects}", f"hooks+ctrace+free{args.keep_objects}"]
+                  if args.keep_objects else [])
+               + ["record(timed)", "record-py(timed)"])
     res = {(c, n): [] for c in configs for n in cases}
     for cfg in configs:  # warm-up
         n0, t0 = ctrace.calls(), len(trace)
         for name, (fn, inp) in cases.items():
             current[0] = name
             run_config(cfg, fn, inp, 2)
-        if cfg in ("hooks+ctrace", "ctrace-bare") and ctrace.calls() == n0 or cfg == "hooks+trace" and len(trace) == t0:
+        if (cfg.startswith("hooks+ctrace") or cfg == "ctrace-bare") and ctrace.calls() == n0 or cfg == "hooks+trace" and len(trace) == t0:
             raise SystemExit(f"{cfg}: its on_op was not called")
     for s in list(spent.values()) + list(spent_py.values()):
         s.clear()
@@ -449,6 +458,16 @@ def main() -> None:
               f"{paired('hooks+ctrace', name, 0):7.2f} {paired('ctrace-bare', name, 0):6.2f} "
               f"{paired('record', name, 0):7.2f} "
               f"{paired('record', name, 0, 'hooks+id'):9.2f} {paired('passthrough2', name, 0):6.2f}")
+
+    if args.keep_objects:
+        k = args.keep_objects
+        print(f"objects per op: per-op wall overhead over passthrough (paired medians, us/op) of the C trace under "
+              f"ms_dynvm's hooks alone, making {3 * k} Python objects per op and keeping them (keep), making and "
+              f"freeing them (free); and record")
+        print(f"{'workload':16s} {'ctrace':>7s} {'keep':>6s} {'free':>6s} {'record':>7s}")
+        for name in cases:
+            print(f"{name:16s} {paired('hooks+ctrace', name, 0):7.2f} {paired(f'hooks+ctrace+keep{k}', name, 0):6.2f} "
+                  f"{paired(f'hooks+ctrace+free{k}', name, 0):6.2f} {paired('record', name, 0):7.2f}")
 
 
 if __name__ == "__main__":
