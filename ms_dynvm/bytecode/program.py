@@ -210,7 +210,8 @@ class Program:
         r = self.next_reg()
         self._n = r + 1
         self.types[r] = TensorType(dt, tuple(arr.shape))
-        self.consts[r] = np.ascontiguousarray(arr.astype(dtypes.to_numpy(dt), copy=False))
+        # (np.ascontiguousarray would make a 0-d array 1-d)
+        self.consts[r] = np.array(arr.astype(dtypes.to_numpy(dt), copy=False), order="C", copy=True)
         return Reg(r)
 
     def new_block(self, phase: str = "fwd", region: str = "") -> Block:

@@ -130,3 +130,19 @@ def test_canonical_attrs_rejects_unknown_and_missing():
     with pytest.raises(ValueError, match="missing attribute"):
         canonical_attrs("reshape", {})
     assert canonical_attrs("sum", {"axis": [1, 2]}) == {"axis": (1, 2), "keepdims": False, "dtype": None}
+
+
+def test_zero_d_const_keeps_its_shape(tmp_path):
+    """A 0-d constant is stored 0-d (np.ascontiguousarray made it shape (1,) under type i32[]):
+    interpreted, saved and loaded, and parsed back from text as a 0-d value."""
+    from ms_dynvm.runtime.interpreter import interpret
+
+    p = Program()
+    c = p.add_const(np.array(7, np.int32))
+    p.outputs = [int(c)]
+    assert p.consts[int(c)].shape == () and interpret(p, [])[0].shape == ()
+    assert Program.parse(p.as_text()) == p
+    path = str(tmp_path / "c.dvm")
+    p.save(path)
+    q = load_program(path)
+    assert q == p and interpret(q, [])[0].shape == () and int(interpret(q, [])[0]) == 7
