@@ -26,6 +26,7 @@ File format (`save`/`load`, no pickle): a JSON document {"format": "ms_dynvm.pro
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 import tempfile
@@ -337,16 +338,29 @@ class Program:
 
     @staticmethod
     def from_json(doc: dict) -> "Program":
-        if doc.get("format") != FORMAT:
+        """The Program of a `to_json` document. Anything else (another JSON document, a damaged
+        file, constants that disagree with the types the text declares) is a ValueError."""
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ValueError("not an ms_dynvm program file")
         if doc.get("version") != VERSION:
             raise ValueError(f"unsupported program file version {doc.get('version')}")
-        p = Program.parse(doc["text"])
-        for key, c in doc.get("consts", {}).items():
-            r = int(key)
-            npdt = dtypes.to_numpy(c["dtype"]).newbyteorder("<")
-            raw = base64.b64decode(c["data"])
-            arr = np.frombuffer(raw, dtype=npdt).reshape(c["shape"]).astype(npdt.newbyteorder("="))
+        text, consts = doc.get("text"), doc.get("consts", {})
+        if not isinstance(text, str) or not isinstance(consts, dict):
+            raise ValueError("damaged ms_dynvm program file: 'text' must be a string, 'consts' an object")
+        p = Program.parse(text)
+        for key, c in consts.items():
+            try:
+                r = int(key)
+                ty = p.types[r] if r in p.consts else None
+                if ty is None:
+                    raise ValueError(f"%{key} is not a constant of the program")
+                if c["dtype"] != ty.dtype or tuple(c["shape"]) != tuple(ty.shape):
+                    raise ValueError(f"%{key} is {c['dtype']}{list(c['shape'])}, declared {ty}")
+                npdt = dtypes.to_numpy(c["dtype"]).newbyteorder("<")
+                raw = base64.b64decode(c["data"], validate=True)
+                arr = np.frombuffer(raw, dtype=npdt).reshape(ty.shape).astype(npdt.newbyteorder("="))
+            except (KeyError, TypeError, ValueError, binascii.Error) as e:
+                raise ValueError(f"damaged ms_dynvm program file: constant {key}: {e}") from e
             p.consts[r] = arr
         return p
 

@@ -146,3 +146,35 @@ def test_zero_d_const_keeps_its_shape(tmp_path):
     p.save(path)
     q = load_program(path)
     assert q == p and interpret(q, [])[0].shape == () and int(interpret(q, [])[0]) == 7
+
+
+def test_load_program_rejects_foreign_and_damaged_files(tmp_path):
+    """Another JSON document, a damaged text or consts section, or constants that disagree with the
+    declared types: ValueError naming the problem (AttributeError/KeyError escaped, and mismatched
+    constants loaded silently)."""
+    import base64
+    import json
+
+    p = Program()
+    x = p.add_input(parse_type("f32[2,3]"))
+    c = p.add_const(np.array([1.0, 2.0, 3.0], np.float32))
+    [y] = p.emit(p.new_block(), "add", (x, c), {}, [parse_type("f32[2,3]")])
+    p.outputs = [int(y)]
+    good = str(tmp_path / "good.dvm")
+    p.save(good)
+    doc = json.load(open(good))
+    i64 = base64.b64encode(np.array([5, 6], np.int64).tobytes()).decode()
+    bad = {"list": [1, 2], "null": None, "text_is_int": {**doc, "text": 5},
+           "no_text": {"format": doc["format"], "version": doc["version"]}, "consts_list": {**doc, "consts": [1]},
+           "const_dtype": {**doc, "consts": {"1": {"dtype": "i64", "shape": [2], "data": i64}}},
+           "const_reg": {**doc, "consts": {"9": doc["consts"]["1"]}},
+           "const_bytes": {**doc, "consts": {"1": {**doc["consts"]["1"], "data": "AAAA"}}}}
+    for name, obj in bad.items():
+        f = str(tmp_path / f"{name}.dvm")
+        json.dump(obj, open(f, "w"))
+        with pytest.raises(ValueError):
+            load_program(f)
+    open(str(tmp_path / "trunc.dvm"), "w").write(open(good).read()[:40])
+    with pytest.raises(ValueError):
+        load_program(str(tmp_path / "trunc.dvm"))
+    assert load_program(good) == p
