@@ -1,7 +1,9 @@
 """Options of `ms_dynvm.enable(**options)`, also settable through `DYNVM_*` environment variables.
 
 An explicit keyword wins over the environment, which wins over the default. Unknown option names raise
-TypeError (a typo should not be silently ignored).
+TypeError (a typo should not be silently ignored), and so does a keyword of the wrong type (a string
+for a boolean, `jit="false"`, would be true; 0 and 1 are taken as booleans); an environment value
+that does not parse (`DYNVM_JIT=maybe`) raises ValueError.
 
 | option | env | default | meaning |
 |---|---|---|---|
@@ -40,6 +42,22 @@ def _bool(s: str) -> bool:
     raise ValueError(f"not a boolean: {s!r}")
 
 
+def _check_type(name: str, v, want: type):
+    """A keyword option of the option's type (an int 0/1 for a boolean; numpy integers for ints).
+    A string for a boolean is refused: `jit="false"` would be true."""
+    import numbers
+
+    if want is bool:
+        if isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1)):
+            return bool(v)
+    elif want is int:
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            return int(v)
+    elif isinstance(v, (str, os.PathLike)):
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
+    raise TypeError(f"ms_dynvm option {name} must be {want.__name__}, got {type(v).__name__} {v!r}")
+
+
 @dataclass
 class Options:
     blocking: bool = True
@@ -73,7 +91,7 @@ class Options:
         for name, f in names.items():
             env = os.environ.get("DYNVM_" + name.upper())
             if name in kwargs:
-                values[name] = kwargs[name]
+                values[name] = _check_type(name, kwargs[name], type(f.default))
             elif env is not None:
                 conv = {bool: _bool, int: int, str: str}[type(f.default)]
                 try:

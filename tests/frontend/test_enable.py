@@ -65,6 +65,15 @@ def test_options_validation_and_env(monkeypatch):
     monkeypatch.delenv("DYNVM_DEBUG")
     with pytest.raises(ValueError, match="cell_boundaries"):
         Options.make(cell_boundaries="some")
+    # keywords of the wrong type (an API round: jit="false" kept tier 1 on, a float max_block_ops
+    # made the recorder fail on every op)
+    for bad in ({"jit": "false"}, {"step_switch": "off"}, {"max_block_ops": 10.5}, {"debug": "1"},
+                {"dump_dir": 3}, {"record": 2}):
+        with pytest.raises(TypeError, match="ms_dynvm option"):
+            Options.make(**bad)
+    assert Options.make(jit=0).jit is False and Options.make(max_block_ops=np.int64(7)).max_block_ops == 7
+    with pytest.raises(TypeError, match="ms_dynvm option"):
+        ms_dynvm.enable(jit="false")
 
 
 def test_sync_points_end_blocks_and_setitem_makes_new_value():
