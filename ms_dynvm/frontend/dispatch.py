@@ -425,6 +425,9 @@ def enable(**options) -> None:
         if _S.mode is not None:
             if _S.thread != threading.get_ident():
                 raise RuntimeError("ms_dynvm is enabled on another thread; disable it there first")
+            if _S.recorder.recording is not None and not opts.record:
+                raise RuntimeError("ms_dynvm.enable(record=False) inside a record() scope: leave the "
+                                   "scope first")
             _apply(opts)
             return
         if opts.blocking:
@@ -503,6 +506,8 @@ def disable() -> bool:
             return False
         if _S.thread != threading.get_ident():
             raise RuntimeError("ms_dynvm was enabled on another thread; disable it there")
+        if _S.recorder.recording is not None:
+            raise RuntimeError("ms_dynvm.disable() inside a record() scope: leave the scope first")
         gate = _S.hooks.gate
         depth = _DispatchGuardStack.depth()
         if not gate.bare and depth > gate.stack_depth:
@@ -526,10 +531,11 @@ def enabled(**options):
     try:
         yield
     finally:
-        if prev is None:
-            disable()
-        else:
-            enable(**{f: getattr(prev, f) for f in prev.__dataclass_fields__})
+        if _S is not None:  # (None: a generator suspended in the scope, finalised at interpreter exit)
+            if prev is None:
+                disable()
+            else:
+                enable(**{f: getattr(prev, f) for f in prev.__dataclass_fields__})
 
 
 @contextlib.contextmanager
@@ -537,6 +543,8 @@ def record(**options):
     """`with ms_dynvm.record() as rec: out = net(x)` records one Program of everything dispatched in
     the scope (see `Recording`). Enables ms_dynvm for the scope if it is not on."""
     was_on = is_enabled()
+    if was_on and _S.thread != threading.get_ident():
+        raise RuntimeError("ms_dynvm is enabled on another thread: record() there, or disable it there first")
     if not was_on:
         enable(**options)
     elif options:
@@ -555,13 +563,14 @@ def record(**options):
     try:
         yield rec
     finally:
-        if bare and _S.mode is mode:  # (not after a disable() inside the scope)
-            gate.bare = True
-            _DispatchGuardStack.pop()
-        mode.serving = True
-        _S.recorder.end_recording()
-        if not was_on:
-            disable()
+        if _S is not None:  # (None: a generator suspended in the scope, finalised at interpreter exit)
+            if bare and _S.mode is mode:
+                gate.bare = True
+                _DispatchGuardStack.pop()
+            mode.serving = True
+            _S.recorder.end_recording()
+            if not was_on:
+                disable()
 
 
 def _at_exit() -> None:
