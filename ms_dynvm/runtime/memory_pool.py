@@ -344,8 +344,7 @@ class Buffer:
     def release(self) -> None:
         pool = self.pool
         lock = pool._lock
-        lock.acquire()
-        try:
+        with lock:  # (not acquire() + try: an interrupt between them left the lock held)
             if self.refcount == 1 and self.state is LIVE and not self.watched:  # the common case
                 live = pool._live
                 if live > pool._peak_live:  # Pool._update_peaks_locked, inlined
@@ -360,8 +359,6 @@ class Buffer:
                 pool._pending.append(self)
             else:
                 pool._release_locked(self)
-        finally:
-            lock.release()
 
     def host_view(self) -> np.ndarray:
         """The block's first `nbytes` as uint8 (host allocators only). Valid until release (an
@@ -509,8 +506,7 @@ class Pool:
             raise ValueError("nbytes must be >= 0")
         cap, exact = _BLOCK_CACHE.get(nbytes) or block_size(nbytes)
         lock = self._lock
-        lock.acquire()
-        try:
+        with lock:  # (not acquire() + try: an interrupt between them left the lock held)
             stack = self._free.get(cap)
             if stack:  # the hot path of _take_locked, inlined
                 buf = stack.pop()
@@ -526,8 +522,6 @@ class Pool:
                 buf = self._take_locked(cap, exact, nbytes)
             buf.refcount = 1
             buf.nbytes = nbytes
-        finally:
-            lock.release()
         return buf
 
     def _take_locked(self, cap: int, exact: bool, nbytes: int) -> Buffer:
@@ -671,8 +665,7 @@ class Pool:
         except (KeyError, TypeError):
             shape, dt, nbytes, cap, exact = _lookup(dtype, shape)
         lock = self._lock
-        lock.acquire()
-        try:
+        with lock:  # (not acquire() + try: an interrupt between them left the lock held)
             stack = self._free.get(cap)
             if stack:  # the hot path of _take_locked, inlined
                 buf = stack.pop()
@@ -693,8 +686,6 @@ class Pool:
             self._young.append(buf)
             # Held until the array exists: a safe point in another thread sees the root referenced.
             root = buf.root
-        finally:
-            lock.release()
         if root is not None:
             return _ndarray(shape, dt, root, buf.off), buf.ptr
         with lock:  # not host memory: the block was never exported
@@ -717,8 +708,7 @@ class Pool:
         no longer referenced, become reusable. Returns the number of blocks moved to free lists.
         Trims down to `soft_cap` if above it."""
         lock = self._lock
-        lock.acquire()
-        try:
+        with lock:  # (not acquire() + try: an interrupt between them left the lock held)
             sp = self._safe_points = self._safe_points + 1
             live, req = self._live, self._req
             if live > self._peak_live:  # _update_peaks_locked, inlined
@@ -783,8 +773,6 @@ class Pool:
                 self._trim_locked(self.soft_cap)
             if sp & 63:  # HEAP_CHECK_EVERY - 1: the common case ends here
                 return moved
-        finally:
-            lock.release()
         if self._heap_on:
             self._heap_check()
         return moved
