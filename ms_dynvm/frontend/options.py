@@ -107,6 +107,12 @@ class Options:
             raise ValueError("compile_threshold must be >= 1")
         if opts.max_block_ops < 1:
             raise ValueError("max_block_ops must be >= 1")
+        if opts.kernel_threads < 0:
+            raise ValueError("kernel_threads must be >= 0 (0: automatic)")
+        if opts.pool_soft_cap_mb < 0:
+            raise ValueError("pool_soft_cap_mb must be >= 0")
+        if opts.debug not in (0, 1, 2, 3):
+            raise ValueError("debug must be 0, 1, 2 or 3")
         if opts.pool_heap_trim_mb < 0:
             raise ValueError("pool_heap_trim_mb must be >= 0 (0: no heap trimming)")
         return opts

@@ -72,6 +72,9 @@ def test_options_validation_and_env(monkeypatch):
         with pytest.raises(TypeError, match="ms_dynvm option"):
             Options.make(**bad)
     assert Options.make(jit=0).jit is False and Options.make(max_block_ops=np.int64(7)).max_block_ops == 7
+    for bad in ({"kernel_threads": -1}, {"pool_soft_cap_mb": -5}, {"debug": 7}):
+        with pytest.raises(ValueError):
+            Options.make(**bad)
     with pytest.raises(TypeError, match="ms_dynvm option"):
         ms_dynvm.enable(jit="false")
 
