@@ -20,9 +20,8 @@ Configurations:
                 sync points) and the block ends they make, with nothing recorded: what the issue's
                 design (blocks end at Cell boundaries and phase changes) costs before the first
                 instruction is recorded
-- hooks+id:     the same with `on_op` doing only what id-floor's handler does: the floor under any
-                exact recorder of this design in MindSpore 2.10; `record` minus `hooks+id` is what
-                recording itself costs
+- hooks+id:     the same with `on_op` doing only what id-floor's handler does, from Python (the C
+                trace below makes the same calls and more for less: Python's own cost per op shows)
 - hooks+trace:  the same with `on_op` (in Python) also keeping a minimal trace: the op's name and the
                 tags read appended to a flat list (ints and the name: nothing for the collector to
                 track), results tagged with ints; no normalisation, no types, no plan lookup
@@ -447,9 +446,9 @@ def main() -> None:
               f"{statistics.median(spent_py[name]) / 1e3:10.2f} {statistics.mean(spent_py[name]) / 1e3:6.2f} "
               f"{paired('id-floor', name, 0):8.2f} {paired('id-floor', name, 1):6.2f}")
     print("floor: per-op wall overhead over passthrough (paired medians, us/op) of ms_dynvm's hooks with "
-          "nothing recorded (hooks-only), of its hooks plus the identity calls (hooks+id, the floor of "
-          "this design), of a minimal trace on top (hooks+trace; in C: ctrace; the C trace in a bare dispatch mode, without ms_dynvm: bare), of record, and record's excess over "
-          "the floor (record - hooks+id, paired)")
+          "nothing recorded (hooks-only), of its hooks plus the identity calls from Python (hooks+id), "
+          "of a minimal trace on top (hooks+trace; in C: ctrace; the C trace in a bare dispatch mode, without ms_dynvm: bare), of record, and record - hooks+id "
+          "(rec-floor, paired)")
     print(f"{'workload':16s} {'id-floor':>8s} {'hooks-only':>10s} {'hooks+id':>8s} {'hooks+trace':>11s} {'ctrace':>7s} {'bare':>6s} "
           f"{'record':>7s} {'rec-floor':>9s} {'A/A':>6s}")
     for name in cases:
