@@ -542,9 +542,13 @@ def enabled(**options):
 def record(**options):
     """`with ms_dynvm.record() as rec: out = net(x)` records one Program of everything dispatched in
     the scope (see `Recording`). Enables ms_dynvm for the scope if it is not on."""
+    if is_enabled() and _S.thread != threading.get_ident():
+        with _lock:
+            _release_dead_owner()  # (an owner thread that ended without disable() holds nothing)
+        if is_enabled():
+            raise RuntimeError("ms_dynvm is enabled on another thread: record() there, or disable it "
+                               "there first")
     was_on = is_enabled()
-    if was_on and _S.thread != threading.get_ident():
-        raise RuntimeError("ms_dynvm is enabled on another thread: record() there, or disable it there first")
     if not was_on:
         enable(**options)
     elif options:

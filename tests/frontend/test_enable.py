@@ -334,6 +334,13 @@ def test_scope_misuse_gives_clear_errors_and_leaves_a_sound_state():
     with ms_dynvm.record() as rec2:
         x * 3.0
     assert rec2.program.num_instrs() == 1
+    # a thread that enabled ms_dynvm and ended without disable() holds nothing: record() works here
+    th = threading.Thread(target=lambda: ms_dynvm.enable(jit=False))
+    th.start()
+    th.join()
+    with ms_dynvm.record() as rec3:
+        x * 4.0
+    assert rec3.program.num_instrs() == 1 and not ms_dynvm.is_enabled()
 
 
 def test_scope_suspended_in_a_generator_at_exit_is_quiet(tmp_path):
