@@ -101,6 +101,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from mindspore._c_expression import TensorPy
 from mindspore.common.tensor import Tensor
 
@@ -316,7 +318,19 @@ def _unary(op: str):
     return _in_order(h)
 
 
-def _binary(op: str):
+def _f32_scalar_for_f64(t, v):
+    """A Python float `v` taken by a scalar-form op (Muls, Divs, EqScalar, ClampScalar, pow...)
+    with the float64 tensor `t`: MindSpore 2.10 holds the scalar as a float32 (measured: f64
+    `t * 0.1` multiplies by 0.10000000149011612; an int stays exact), so the VM does too. Other
+    dtypes compute in float32 or narrower anyway: `v` unchanged (so tier 1's size-derived scalars,
+    1/N, keep their exact values there)."""
+    if type(v) is float and _vm_dtype(t) == "f64":
+        with np.errstate(over="ignore"):
+            return float(np.float32(v))  # (beyond float32's range: +-inf, as MindSpore's)
+    return v
+
+
+def _binary(op: str, scalar_form: bool = False):
     def h(a, prim):
         x, y = a
         # Numbers are told apart by their type first: isinstance(2.5, Tensor) goes through the
@@ -324,8 +338,12 @@ def _binary(op: str):
         if type(x) in _NUMBER_TYPES:
             if not isinstance(y, Tensor):
                 raise _Unsupported
+            if scalar_form:
+                x = _f32_scalar_for_f64(y, x)
         elif not isinstance(x, Tensor) or not (type(y) in _NUMBER_TYPES or isinstance(y, Tensor)):
             raise _Unsupported
+        elif scalar_form and type(y) is float:
+            y = _f32_scalar_for_f64(x, y)
         return (op, (x, y), {})
 
     return _in_order(h)
@@ -447,7 +465,8 @@ def _masked_fill(a, prim):
 @_in_order
 def _clamp_scalar(a, prim):
     x, lo, hi = a
-    return ("clamp", (_t(x), _opt_num(lo), _opt_num(hi)), {})
+    x = _t(x)
+    return ("clamp", (x, _f32_scalar_for_f64(x, _opt_num(lo)), _f32_scalar_for_f64(x, _opt_num(hi))), {})
 
 
 @_in_order
@@ -1419,6 +1438,10 @@ for _ms, _vm in {
 }.items():
     _TABLE[_ms] = _unary(_vm)
 
+_SCALAR_FORMS = frozenset((
+    "Muls Divs PowTensorScalar PowScalarTensor EqScalar GreaterEqualScalar LessScalar FmodScalar "
+    "FloorDivScalar").split())
+
 for _ms, _vm in {
     # tensor (or 0-d tensor) operands
     "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "RealDiv": "div", "Maximum": "maximum",
@@ -1435,7 +1458,7 @@ for _ms, _vm in {
     "BitwiseAndScalar": "bitwise_and", "BitwiseOrScalar": "bitwise_or",
     "BitwiseXorScalar": "bitwise_xor",
 }.items():
-    _TABLE[_ms] = _binary(_vm)
+    _TABLE[_ms] = _binary(_vm, _ms in _SCALAR_FORMS)
 
 _reg("AddExt AddScalar", _binary_alpha("add"))
 _reg("SubExt SubScalar", _binary_alpha("sub"))

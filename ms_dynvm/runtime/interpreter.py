@@ -47,7 +47,9 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
   i32/i64 (0 once wrapped to i8/i16/u8).
 - mul/div/fmod type a 0-d tensor operand like a scalar (see ir/registry.py), and compute in
   that result dtype (f16[4] * f32[] rounds the f32 value to f16 first).
-- Integer mean truncates toward zero (over no elements: NaN cast to the dtype, INT_MIN for i32);
+- Integer mean is MindSpore's: the sum in double converted to the dtype (x86: INT_MIN out of range
+  for i32/i64, wrapped for 8/16 bits), divided in float32, truncated toward zero (over no
+  elements: NaN cast to the dtype, INT_MIN for i32);
   bool add/sub/mul are or/xor/and (computed as integers).
 - Float -> integer casts of NaN/inf/out-of-range values follow x86 (INT_MIN for i32/i64), as
   MindSpore's CPU casts; float -> bool is `x != 0` (NaN -> True).
@@ -484,10 +486,19 @@ def _int_pow(x, y, dt):
     out of range, or 1/0, is the "integer indefinite" INT_MIN (0 once wrapped to 8 or 16 bits),
     negative exponents truncate toward 0, and int64 results above 2^53 carry double's rounding
     (measured: 10^10 in int32 is INT_MIN, 3^39 in int64 is 4052555153018976256)."""
-    it = np.dtype(np.int64 if dt.itemsize == 8 else np.int32)
-    lim = -float(np.iinfo(it).min)
     with np.errstate(all="ignore"):
         p = np.power(np.asarray(x).astype(F64), np.asarray(y).astype(F64))
+    return _x86_int(p, dt)
+
+
+def _x86_int(p, dt):
+    """Floats converted to the integer dtype `dt` as x86's cvttsd2si does in MindSpore's kernels:
+    truncated, to int64 for 8-byte types and to int32 (then wrapped to the type) for the others; a
+    value out of range, or NaN, is the "integer indefinite" INT_MIN (0 once wrapped to 8/16 bits)."""
+    it = np.dtype(np.int64 if dt.itemsize == 8 else np.int32)
+    lim = -float(np.iinfo(it).min)
+    p = np.asarray(p)
+    with np.errstate(all="ignore"):
         ok = (p >= -lim) & (p < lim)  # (False for NaN)
         r = np.where(ok, p, 0.0).astype(it)
     return np.where(ok, r, np.iinfo(it).min).astype(dt)
@@ -755,10 +766,16 @@ def _mean(args, attrs):
     n = math.prod(x.shape[a] for a in axes)
     xc = _cast(x, out)
     if out.kind in "iu":
-        s = np.sum(xc, axis=axes, dtype=I64, keepdims=True)
+        # MindSpore 2.10 CPU: the sum in double, converted to the dtype (x86: INT_MIN out of range
+        # for i32/i64, wrapped for 8/16 bits), then float32(sum) / float32(n), truncated (measured:
+        # int32 [2^31-1, 2^31-1, 1] -> -715827904, int8 [100, 100, 100] -> 14, [16777217, 2] ->
+        # 8388610).
+        sd = np.sum(xc.astype(F64), axis=axes, keepdims=True)
         if n == 0:  # 0/0 = NaN cast to the integer dtype (INT_MIN for i32/i64), as MindSpore
-            return _finish(np.full(s.shape, _cast(np.nan, out)), x, axes, attrs["keepdims"])
-        r = np.sign(s) * (np.abs(s) // n)  # truncates toward zero, as MindSpore
+            return _finish(np.full(sd.shape, _cast(np.nan, out)), x, axes, attrs["keepdims"])
+        with np.errstate(all="ignore"):
+            q = _x86_int(sd, out).astype(np.float32) / np.float32(n)
+        r = _x86_int(q.astype(F64), out)
     else:
         r = np.sum(xc, axis=axes, dtype=_acc(out), keepdims=True) / np.asarray(n, _acc(out))
     return _finish(r, x, axes, attrs["keepdims"]).astype(out)

@@ -465,6 +465,28 @@ def test_record_self_copy_and_read_only_optimizer_inputs():
     assert yi.asnumpy().tolist() == [0, 0, 0, 1, 2]
 
 
+def test_float64_tensor_with_python_float_scalars_as_eager():
+    """MindSpore holds the Python float of a scalar-form op (Muls, Divs, EqScalar, ClampScalar) as a
+    float32, also with a float64 tensor: `t * 0.001` multiplies by 0.0010000000474974513. The
+    recorded program interprets, and a served fused group computes, bit-equal to eager (both used
+    the exact 0.001: a dtype fuzzer)."""
+    from mindspore import ops
+
+    x = np.array([0.1, 0.30000001192092896, 1.0000001, 7.3, -2.0, 1e-300], np.float64)
+    fns = [lambda t: t * 0.001 + 1.0, lambda t: 0.001 / t, lambda t: t / 0.001, lambda t: t == 0.1,
+           lambda t: ops.clamp(t, 0.1, 1.0000000999), lambda t: t * 1e300]
+    for f in fns:
+        want = f(ms.Tensor(x)).asnumpy()
+        with ms_dynvm.record() as rec:
+            y = f(ms.Tensor(x))
+        got = ms_dynvm.interpret(rec.program, rec.input_arrays())[rec.output_index(y)]
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), (got, want)
+        with ms_dynvm.enabled(compile_threshold=1, compile_async=False, step_switch=False,
+                              compile_policy="threshold"):
+            for _ in range(4):
+                assert np.array_equal(f(ms.Tensor(x)).asnumpy(), want, equal_nan=True)
+
+
 def test_interpret_takes_mindspore_bfloat16_arrays():
     """`rec.input_arrays()` gives MindSpore's 2-byte bfloat16 arrays for bf16 inputs; `interpret`
     takes them (as it takes float32 ones)."""

@@ -1066,6 +1066,30 @@ def test_float32_unary_bit_equal_to_mindspore(mst):
         assert got.dtype == np.float32 and same.all(), (op, x[~same][:5], want[~same][:5], got[~same][:5])
 
 
+def test_integer_mean_as_mindspore_when_the_sum_overflows(mst):
+    """Integer mean: MindSpore sums in double, converts to the dtype as x86 does (INT_MIN out of
+    range for i32/i64, wrapped for 8/16 bits), divides in float32 and truncates (the interpreter
+    gave the exact mean: int8 [127, 127, 1, 0] 63 for eager's 0; a dtype fuzzer). Random full-range
+    rows of every integer dtype, whole and along an axis."""
+    big = 2**31 - 1
+    rows = [(np.int32, [big, big, 1, 0]), (np.int32, [big, big, 1]), (np.int32, [16777217, 2]),
+            (np.int32, [-7, 0]), (np.int8, [127, 127, 1, 0]), (np.int8, [100, 100, 100]),
+            (np.int16, [30000, 30000, 3]), (np.uint8, [255, 255, 1, 0]), (np.int64, [2**62, 2**62, 1])]
+    rng = np.random.default_rng(0)
+    for dt in (np.int8, np.uint8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dt)
+        rows += [(dt, list(rng.integers(info.min, info.max, int(rng.integers(1, 9)), endpoint=True)))
+                 for _ in range(20)]
+    for dt, v in rows:
+        x = np.array(v, dt)
+        want = mst.ops.mean(mst.Tensor(x)).asnumpy()
+        got = _run("mean", [x], axis=None, keepdims=False)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (v, want, got)
+    x = rng.integers(-2**31, 2**31 - 1, (3, 5), endpoint=True).astype(np.int32)
+    want = mst.ops.mean(mst.Tensor(x), 1, True).asnumpy()
+    assert np.array_equal(_run("mean", [x], axis=1, keepdims=True), want)
+
+
 # --- semantics spot checks (values measured on MindSpore 2.10 CPU) -----------------------------
 def _run(op, args, **attrs):
     return IMPLS[op](args, opcodes.full_attrs(op, attrs))
