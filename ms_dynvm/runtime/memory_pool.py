@@ -783,9 +783,10 @@ class Pool:
         by more than heap_trim_mb above the lowest reading since the last trim, and the last automatic
         trim is old enough (HEAP_TRIM_INTERVAL, HEAP_TRIM_SHARE). Runs outside the pool's lock;
         concurrent checks skip."""
-        if not self._heap_lock.acquire(blocking=False):
+        lock = self._heap_lock
+        if lock.locked():  # another thread is checking
             return
-        try:
+        with lock:  # (not acquire() + try: an interrupt between them would leave it held)
             mb = self._heap_mb
             rss = rss_bytes()
             if mb is None or rss is None:
@@ -807,8 +808,6 @@ class Pool:
             t0 = self._heap_trim_ns
             self._trim_heap_locked(rss)
             self._heap_last_ns = self._heap_trim_ns - t0
-        finally:
-            self._heap_lock.release()
 
     def trim_heap(self) -> int | None:
         """Call glibc's `malloc_trim(0)` now: free memory of every malloc arena, inside the heap as
