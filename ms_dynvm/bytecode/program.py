@@ -211,8 +211,8 @@ class Program:
         r = self.next_reg()
         self._n = r + 1
         self.types[r] = TensorType(dt, tuple(arr.shape))
-        # (np.ascontiguousarray would make a 0-d array 1-d)
-        self.consts[r] = np.array(arr.astype(dtypes.to_numpy(dt), copy=False), order="C", copy=True)
+        # a C-ordered copy (np.ascontiguousarray would make a 0-d array 1-d)
+        self.consts[r] = np.array(arr, dtype=dtypes.to_numpy(dt), order="C")
         return Reg(r)
 
     def new_block(self, phase: str = "fwd", region: str = "") -> Block:

@@ -342,7 +342,7 @@ def _binary(op: str, scalar_form: bool = False):
                 x = _f32_scalar_for_f64(y, x)
         elif not isinstance(x, Tensor) or not (type(y) in _NUMBER_TYPES or isinstance(y, Tensor)):
             raise _Unsupported
-        elif scalar_form and type(y) is float:
+        elif scalar_form:
             y = _f32_scalar_for_f64(x, y)
         return (op, (x, y), {})
 
@@ -1698,32 +1698,39 @@ def normalize(name: str, args: tuple, kwargs=None):
     return low
 
 
+def _inputs(name: str, args: tuple) -> tuple:
+    """The op's inputs: a legacy primitive's `(prim, name, inputs)` unwrapped. (The per-op hot paths,
+    `lower`, the recorder and tier 1, test the same form inline.)"""
+    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
+        return args[2]
+    return args
+
+
 def mutated_tensor(name: str, args: tuple):
     """The tensor that the in-place op `name` writes (None if `name` is not in INPLACE): the first
     input, which for a legacy-form op is `args[2][0]`."""
     if name not in INPLACE or not args:
         return None
-    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
-        args = args[2]
+    args = _inputs(name, args)
     first = args[0] if args else None
     return first if isinstance(first, Tensor) else None
 
 
 def side_effect_inputs(name: str, args: tuple) -> list:
-    """Tensor arguments that a legacy primitive NOT in INPLACE may write: every tensor input of a
-    primitive marked `side_effect_mem` (MindSpore's own flag for ops that update an input in place:
-    optimizer applies, BatchNorm in training on some versions, ...). Which inputs it writes is in
-    its signature (`sig_rw.RW_WRITE`), which MindSpore 2.10 does not expose to Python, so all of
-    them count. [] for anything else (pyboost ops carry no primitive; their in-place forms are
-    the Inplace* names of INPLACE)."""
-    if name in INPLACE or len(args) != 3 or type(args[1]) is not str or type(args[2]) is not tuple \
-            or args[1] != name:
+    """Tensor arguments that a legacy primitive NOT in INPLACE may write, if it is marked
+    `side_effect_mem` (MindSpore's own flag for ops that update an input in place: optimizer
+    applies, BatchNorm in training, ...): the inputs `_SIDE_EFFECT_WRITES` lists for it (checked by
+    watching which inputs change), else every tensor input (its signature's `sig_rw.RW_WRITE`
+    marks are not exposed to Python in MindSpore 2.10). [] for anything else (pyboost ops carry no
+    primitive; their in-place forms are the Inplace* names of INPLACE)."""
+    inputs = _inputs(name, args)
+    if name in INPLACE or inputs is args:
         return []
     attrs = getattr(args[0], "attrs", None)
     if not isinstance(attrs, dict) or not attrs.get("side_effect_mem"):
         return []
     which = _SIDE_EFFECT_WRITES.get(name)
-    return [a for i, a in enumerate(args[2]) if isinstance(a, Tensor) and (which is None or i in which)]
+    return [a for i, a in enumerate(inputs) if isinstance(a, Tensor) and (which is None or i in which)]
 
 
 # Inputs that a side-effect primitive writes, where known (else all of them count): BatchNorm in
@@ -1745,10 +1752,8 @@ def reads_target(name: str, args: tuple, target) -> bool:
     wrapper per argument, so storage is compared too)."""
     if name not in OVERWRITES:
         return True
-    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
-        args = args[2]
     ptr = None
-    for a in args[1:]:  # (the target is the first input: mutated_tensor)
+    for a in _inputs(name, args)[1:]:  # (the target is the first input: mutated_tensor)
         if a is target:
             return True
         if isinstance(a, Tensor):

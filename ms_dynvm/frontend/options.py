@@ -30,6 +30,7 @@ that does not parse (`DYNVM_JIT=maybe`) raises ValueError.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, fields
 
@@ -45,8 +46,6 @@ def _bool(s: str) -> bool:
 def _check_type(name: str, v, want: type):
     """A keyword option of the option's type (an int 0/1 for a boolean; numpy integers for ints).
     A string for a boolean is refused: `jit="false"` would be true."""
-    import numbers
-
     if want is bool:
         if isinstance(v, bool) or (isinstance(v, numbers.Integral) and v in (0, 1)):
             return bool(v)
