@@ -67,16 +67,115 @@ static PyObject *known_type(PyObject *t) {
     return ty;
 }
 
-/* Append the key parts of one argument; 0 ok, 1 no key (the Python path decides), -1 error. */
-static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *parts,
-                    PyObject **pregs, Py_ssize_t *np, Fresh *fresh, Py_ssize_t *nf) {
-    PyTypeObject *ta = Py_TYPE(a);
-    int is_param = 0;
-    if ((PyObject *)ta != TensorType_ && ParamTypes_ != NULL && PySet_GET_SIZE(ParamTypes_)) {
-        is_param = PySet_Contains(ParamTypes_, (PyObject *)ta);
-        if (is_param < 0) return -1;
+/* The plan key in C. Python keys a plan by a tuple: per argument, the id of its register's (interned)
+   type, or its Python type and value (see Recorder.on_op). Built here as a run of machine words
+   instead (no Python object made), which finds the plan in `ctab`, a direct-mapped cache of plan
+   lookups that hit in Python before. An entry is valid only while the plans dict it was found in is
+   unchanged: it holds the dict's `ma_version_tag` (CPython 3.11: a global counter, a new value at
+   every change of any dict, so an equal tag is the same dict in the same state). A miss, or an
+   argument the words cannot hold (a str, a big int, a long tuple), builds the Python key
+   (`py_parts`) and asks the dict, as before. */
+#define CW 24                       /* words per key */
+#define CT_BITS 10
+#define CT_SIZE (1 << CT_BITS)
+#if PY_VERSION_HEX < 0x030C0000
+#define HAVE_CTAB 1
+#else
+#define HAVE_CTAB 0                 /* (the version tag is deprecated from 3.12: Python keys only) */
+#endif
+typedef struct {
+    PyObject *plans;                /* the per-name plans dict (not owned; checked with `ver`) */
+    uint64_t ver;                   /* its ma_version_tag when the entry was made; 0: empty */
+    Py_ssize_t nw;
+    intptr_t w[CW];
+    PyObject *plan;                 /* owned */
+} CEnt;
+static CEnt *ctab;
+static Py_ssize_t n_ctab_hits, n_ctab_misses;
+
+typedef struct { Py_ssize_t n; int ok; intptr_t w[CW]; } Words;
+
+static void kw_put(Words *kw, intptr_t v) {
+    if (kw->n < CW) kw->w[kw->n++] = v;
+    else kw->ok = 0;
+}
+
+static void kw_long(Words *kw, PyObject *a) {
+    int ovf = 0;
+    long long v = PyLong_AsLongLongAndOverflow(a, &ovf);
+    if (ovf || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); kw->ok = 0; return; }
+    kw_put(kw, (intptr_t)v);
+}
+
+static uint64_t kw_hash(PyObject *plans, const Words *kw) {
+    uint64_t h = (uint64_t)(uintptr_t)plans * 0x9E3779B97F4A7C15ull;
+    for (Py_ssize_t i = 0; i < kw->n; i++) {
+        h ^= (uint64_t)kw->w[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     }
-    if ((PyObject *)ta == TensorType_ || is_param) {
+    return h ^ (h >> 29);
+}
+
+#if HAVE_CTAB
+static uint64_t dict_version(PyObject *d) { return ((PyDictObject *)d)->ma_version_tag; }
+#endif
+
+/* The cached plan for `kw` in `plans` (borrowed), or NULL. */
+static PyObject *ctab_get(PyObject *plans, const Words *kw) {
+#if HAVE_CTAB
+    if (ctab == NULL || !kw->ok) return NULL;
+    CEnt *e = &ctab[kw_hash(plans, kw) & (CT_SIZE - 1)];
+    if (e->ver != 0 && e->ver == dict_version(plans) && e->plans == plans && e->nw == kw->n
+            && memcmp(e->w, kw->w, (size_t)kw->n * sizeof(intptr_t)) == 0) {
+        n_ctab_hits++;
+        return e->plan;
+    }
+    n_ctab_misses++;
+#endif
+    return NULL;
+}
+
+static void ctab_put(PyObject *plans, const Words *kw, PyObject *plan) {
+#if HAVE_CTAB
+    if (ctab == NULL || !kw->ok) return;
+    CEnt *e = &ctab[kw_hash(plans, kw) & (CT_SIZE - 1)];
+    PyObject *old = e->plan;
+    e->plan = Py_NewRef(plan);
+    e->plans = plans;
+    e->ver = dict_version(plans);
+    e->nw = kw->n;
+    memcpy(e->w, kw->w, (size_t)kw->n * sizeof(intptr_t));
+    Py_XDECREF(old);  /* (last: its deallocation may run Python code) */
+#endif
+}
+
+static void ctab_clear(void) {
+    if (ctab == NULL) return;
+    for (Py_ssize_t i = 0; i < CT_SIZE; i++) {
+        PyObject *old = ctab[i].plan;
+        ctab[i].plan = NULL;
+        ctab[i].ver = 0;
+        Py_XDECREF(old);
+    }
+}
+
+enum { W_TENSOR = 1, W_FLOAT, W_INT, W_BOOL, W_NONE, W_TUPLE, W_LIST, W_LEGACY };
+
+static int is_tensor_arg(PyObject *a) {  /* 1, 0, -1 error */
+    PyTypeObject *ta = Py_TYPE(a);
+    if ((PyObject *)ta == TensorType_) return 1;
+    if (ParamTypes_ != NULL && PySet_GET_SIZE(ParamTypes_)) return PySet_Contains(ParamTypes_, (PyObject *)ta);
+    return 0;
+}
+
+/* One argument's part of the key, in words; the tensor argument's register (pregs) or, where it has
+   none in this program, a Fresh entry, and its type (tys, borrowed: the types dict or the Fresh entry
+   holds it). 0 ok, 1 no key (the Python path decides), -1 error. */
+static int key_part(PyObject *a, PyObject *epoch, PyObject *types, Words *kw, PyObject **pregs,
+                    PyObject **tys, Py_ssize_t *np, Fresh *fresh, Py_ssize_t *nf) {
+    PyTypeObject *ta = Py_TYPE(a);
+    int is_t = is_tensor_arg(a);
+    if (is_t < 0) return -1;
+    if (is_t) {
         PyObject *tag = get_tag(a);
         if (tag == NULL) return -1;
         int same = 0;
@@ -90,48 +189,70 @@ static int key_part(PyObject *a, PyObject *epoch, PyObject *types, PyObject *par
         if (!same) {  /* no register of this program: an input, made once the plan is found */
             PyObject *ty = known_type(a);
             if (ty == NULL) { Py_DECREF(tag); return PyErr_Occurred() ? -1 : 1; }
-            PyObject *idv = PyLong_FromVoidPtr(ty);
-            if (idv == NULL || PyList_Append(parts, idv) < 0) { Py_XDECREF(idv); Py_DECREF(ty); Py_DECREF(tag); return -1; }
-            Py_DECREF(idv);
             fresh[*nf].k = *np; fresh[*nf].t = a; fresh[*nf].ty = ty; fresh[*nf].old = tag;  /* owns both */
             (*nf)++;
+            tys[*np] = ty;
             pregs[(*np)++] = NULL;
+            kw_put(kw, W_TENSOR); kw_put(kw, (intptr_t)ty);
             return 0;
         }
         PyObject *r = PyTuple_GET_ITEM(tag, 1);
         PyObject *ty = PyDict_GetItemWithError(types, r);  /* borrowed */
         if (ty == NULL) { Py_DECREF(tag); return PyErr_Occurred() ? -1 : 1; }
-        PyObject *idv = PyLong_FromVoidPtr(ty);
-        if (idv == NULL || PyList_Append(parts, idv) < 0) { Py_XDECREF(idv); Py_DECREF(tag); return -1; }
-        Py_DECREF(idv);
         Py_INCREF(r);
+        tys[*np] = ty;
         pregs[(*np)++] = r;
         Py_DECREF(tag);
+        kw_put(kw, W_TENSOR); kw_put(kw, (intptr_t)ty);
         return 0;
     }
     if (ta == &PyFloat_Type) {
         double v = PyFloat_AS_DOUBLE(a);
         if (v == 0.0 || v != v) return 1;  /* -0.0 == 0.0, nan != nan: no key */
-        if (PyList_Append(parts, (PyObject *)&PyFloat_Type) < 0 || PyList_Append(parts, a) < 0) return -1;
+        intptr_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        kw_put(kw, W_FLOAT); kw_put(kw, bits);
         return 0;
     }
-    if (ta == &PyLong_Type || ta == &PyBool_Type || ta == &PyUnicode_Type) {
-        if (PyList_Append(parts, (PyObject *)ta) < 0 || PyList_Append(parts, a) < 0) return -1;
-        return 0;
-    }
-    if (a == Py_None) return PyList_Append(parts, Py_None) < 0 ? -1 : 0;
+    if (ta == &PyBool_Type) { kw_put(kw, W_BOOL); kw_put(kw, a == Py_True); return 0; }
+    if (ta == &PyLong_Type) { kw_put(kw, W_INT); kw_long(kw, a); return 0; }
+    if (ta == &PyUnicode_Type) { kw->ok = 0; return 0; }  /* keyed in Python only */
+    if (a == Py_None) { kw_put(kw, W_NONE); return 0; }
     if (ta == &PyTuple_Type || ta == &PyList_Type) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(a);
         PyObject **items = PySequence_Fast_ITEMS(a);
         for (Py_ssize_t i = 0; i < n; i++)
             if (Py_TYPE(items[i]) != &PyLong_Type) return 1;
+        kw_put(kw, ta == &PyTuple_Type ? W_TUPLE : W_LIST);
+        kw_put(kw, (intptr_t)n);
+        for (Py_ssize_t i = 0; i < n && kw->ok; i++) kw_long(kw, items[i]);
+        return 0;
+    }
+    return 1;
+}
+
+/* The Python key's parts of one argument (after key_part accepted every argument): per tensor
+   argument the id of its type (tys, in order), else its Python type and value. 0 or -1. */
+static int py_part(PyObject *a, PyObject *parts, PyObject **tys, Py_ssize_t *j) {
+    PyTypeObject *ta = Py_TYPE(a);
+    int is_t = is_tensor_arg(a);
+    if (is_t < 0) return -1;
+    if (is_t) {
+        PyObject *idv = PyLong_FromVoidPtr(tys[(*j)++]);
+        int rc = idv == NULL || PyList_Append(parts, idv) < 0 ? -1 : 0;
+        Py_XDECREF(idv);
+        return rc;
+    }
+    if (a == Py_None) return PyList_Append(parts, Py_None) < 0 ? -1 : 0;
+    if (ta == &PyTuple_Type || ta == &PyList_Type) {
         PyObject *tup = ta == &PyTuple_Type ? (Py_INCREF(a), a) : PyList_AsTuple(a);
         if (tup == NULL) return -1;
         int rc = (PyList_Append(parts, (PyObject *)ta) < 0 || PyList_Append(parts, tup) < 0) ? -1 : 0;
         Py_DECREF(tup);
         return rc;
     }
-    return 1;
+    /* float, int, bool, str: (type, value) */
+    return (PyList_Append(parts, (PyObject *)ta) < 0 || PyList_Append(parts, a) < 0) ? -1 : 0;
 }
 
 /* Checks before any input is made (nothing changes here): 0 go on (pnames[i] holds each fresh
@@ -550,29 +671,39 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     if (epoch == NULL || types == NULL || !PyDict_CheckExact(types)) goto miss_or_err;
 
     PyObject *src = args;
-    PyObject *parts = PyList_New(0);
-    if (parts == NULL) return NULL;
+    Words kw;
+    kw.n = 0; kw.ok = 1;
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    int legacy = 0;
     if (nargs == 3 && PyUnicode_CheckExact(PyTuple_GET_ITEM(args, 1))
             && PyTuple_CheckExact(PyTuple_GET_ITEM(args, 2))) {
         int eq = PyUnicode_Compare(PyTuple_GET_ITEM(args, 1), name);
-        if (eq == -1 && PyErr_Occurred()) { Py_DECREF(parts); return NULL; }
+        if (eq == -1 && PyErr_Occurred()) return NULL;
         if (eq == 0) {
             src = PyTuple_GET_ITEM(args, 2);  /* legacy primitive: (prim, name, inputs) */
-            if (PyList_Append(parts, LEGACY_) < 0) { Py_DECREF(parts); return NULL; }
+            legacy = 1;
+            kw_put(&kw, W_LEGACY);
         }
     }
     PyObject *pregs[MAXARGS];  /* owned; NULL for a fresh argument until its input is made */
+    PyObject *tys[MAXARGS];    /* borrowed: each tensor argument's type */
     Fresh fresh[MAXARGS];
     Py_ssize_t np = 0, nf = 0, n = PyTuple_GET_SIZE(src);
     PyObject *result = NULL;
     PyObject *plan = NULL;  /* owned while in use: the calls below run Python code */
+    PyObject *parts = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int rc = key_part(PyTuple_GET_ITEM(src, i), epoch, types, parts, pregs, &np, fresh, &nf);
+        int rc = key_part(PyTuple_GET_ITEM(src, i), epoch, types, &kw, pregs, tys, &np, fresh, &nf);
         if (rc < 0) goto done;
         if (rc > 0) { result = Py_False; Py_INCREF(result); goto done; }
     }
-    {
+    plan = ctab_get(plans, &kw);
+    if (plan == NULL) {  /* the Python key */
+        parts = PyList_New(0);
+        if (parts == NULL || (legacy && PyList_Append(parts, LEGACY_) < 0)) goto done;
+        Py_ssize_t j = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (py_part(PyTuple_GET_ITEM(src, i), parts, tys, &j) < 0) goto done;
         PyObject *key = PyList_AsTuple(parts);
         if (key == NULL) goto done;
         plan = PyDict_GetItemWithError(plans, key);
@@ -581,6 +712,9 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             if (PyErr_Occurred()) goto done;
             result = Py_False; Py_INCREF(result); goto done;
         }
+        ctab_put(plans, &kw, plan);
+    }
+    {
         Py_INCREF(plan);
         if (PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 5 && PyTuple_GET_ITEM(plan, 0) == MULTI_) {
             /* several instructions or results */
@@ -723,7 +857,7 @@ done:
     for (Py_ssize_t i = 0; i < np; i++) Py_XDECREF(pregs[i]);
     for (Py_ssize_t i = 0; i < nf; i++) { Py_DECREF(fresh[i].ty); Py_DECREF(fresh[i].old); }
     Py_XDECREF(plan);
-    Py_DECREF(parts);
+    Py_XDECREF(parts);
     return result;
 miss_or_err:
     if (PyErr_Occurred()) return NULL;
@@ -754,17 +888,19 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_XSETREF(KEY_, Py_NewRef(k));
     Py_XSETREF(LEGACY_, Py_NewRef(l));
     Py_XSETREF(MULTI_, Py_NewRef(m));
+    ctab_clear();
     Py_RETURN_NONE;
 }
 
 static PyObject *stats(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("{snsn}", "fresh_hits", n_fresh_hits, "multi_hits", n_multi_hits);
+    return Py_BuildValue("{snsnsnsn}", "fresh_hits", n_fresh_hits, "multi_hits", n_multi_hits,
+                         "key_cache_hits", n_ctab_hits, "key_cache_misses", n_ctab_misses);
 }
 
 static PyMethodDef methods[] = {
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
     {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input, METRICS)"},
-    {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs, 'multi_hits': from plans of several instructions}"},
+    {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs, 'multi_hits': from plans of several instructions, 'key_cache_hits'/'key_cache_misses': plan lookups answered by the C key cache or not}"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -784,6 +920,9 @@ PyMODINIT_FUNC PyInit__crecord(void) {
     INTERN(s_link_all, "_link_all"); INTERN(s_link_ops, "_link_ops");
     INTERN(s_max_block_ops, "_max_block_ops"); INTERN(s_ops_recorded, "ops_recorded"); INTERN(s_instrs_m, "instrs");
     if ((ONE = PyLong_FromLong(1)) == NULL) return NULL;
+#if HAVE_CTAB
+    if ((ctab = PyMem_RawCalloc(CT_SIZE, sizeof(CEnt))) == NULL) return PyErr_NoMemory();
+#endif
 #undef INTERN
     return PyModule_Create(&moddef);
 }

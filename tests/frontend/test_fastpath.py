@@ -176,3 +176,76 @@ def test_c_path_holds_no_stray_references():
     # `last_op` keeps alive, vary by one now and then); a leak of one per op would be +300 or more.
     grown = [a - b for a, b in zip(after, before)]
     assert max(grown) <= 5, grown
+
+
+def _feed(rec_hit, events, rounds=3):
+    """A plain-mode Recorder fed `events` (name, args, out) `rounds` times with the C path set to
+    `rec_hit` (None: Python only): its program text and the last_op of every event."""
+    from ms_dynvm.frontend.options import Options
+
+    saved = R._hit
+    R._hit = rec_hit
+    try:
+        rec = R.Recorder(Options.make(jit=False))
+        lasts = []
+        for _ in range(rounds):
+            for name, args, out in events:
+                rec.on_op(name, args, out)
+                lo = rec.last_op
+                lasts.append(None if lo is None else (lo[1], lo[2], tuple(lo[3])))
+        return rec.program.as_text(), lasts
+    finally:
+        R._hit = saved
+
+
+def test_key_cache_keys_as_the_python_key():
+    """The C key cache (ctab in _crecord.c) finds the plan the Python key finds: scalar forms
+    (float, int, bool, an int past 64 bits, None, a tuple, a list, the legacy form) each key their
+    own plan, repeated events are answered by the cache, and the program equals the Python path's."""
+    assert R.set_c_hot_path(True)
+    mod = fastpath.load()
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((3, 4)).astype(np.float32)
+    bias = rng.standard_normal((4,)).astype(np.float32)
+    prim = ops.BiasAdd()
+
+    def events():
+        a, b, c = ms.Tensor(base), ms.Tensor(base + 1), ms.Tensor(bias)
+        ev = [("Muls", (a, s), a * 1) for s in (2.0, 2, True, 2 ** 70, -3.5)]
+        ev += [("SumExt", (b, (0,), False, None), ops.sum(b, 0)), ("SumExt", (b, [1], True, None), ops.sum(b, 1, True)),
+               ("SumExt", (b, (1,), True, None), ops.sum(b, 1, True)), ("BiasAdd", (prim, "BiasAdd", (a, c, 1)), a * 1),
+               ("AddExt", (a, b, 1), a + b), ("AddExt", (a, b, 2), a + b), ("AddExt", (a, b, 0.5), a + b)]
+        return ev
+
+    s0 = mod.stats()
+    c_text, c_last = _feed(R._hit, events(), rounds=4)
+    s1 = mod.stats()
+    py_text, py_last = _feed(None, events(), rounds=4)
+    assert c_text == py_text
+    assert c_last == py_last
+    # Rounds 1-2 make the plans (each new plan changes its dict: earlier entries end); in rounds 3
+    # and 4 every event but the one with an int past 64 bits (keyed in Python) is a cache hit.
+    assert s1["key_cache_hits"] - s0["key_cache_hits"] >= 18, (s0, s1)
+
+
+def test_key_cache_entry_ends_with_a_change_to_its_plans():
+    """A cached lookup holds only while the plans dict it came from is unchanged (its version tag):
+    any change to the dict makes the next lookup a miss that asks the dict again."""
+    x = ms.Tensor(np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32))
+    ms_dynvm.enable()
+    mod = fastpath.load()
+    for _ in range(3):
+        ops.exp(x)
+    s0 = mod.stats()
+    ops.exp(x)
+    s1 = mod.stats()
+    assert s1["key_cache_hits"] == s0["key_cache_hits"] + 1
+    plans = R._PLANS["Exp"]
+    k, p = next(iter(plans.items()))
+    plans[k] = tuple(list(p))  # an equal plan, another object: the dict changed
+    ops.exp(x)
+    s2 = mod.stats()
+    assert s2["key_cache_hits"] == s1["key_cache_hits"] and s2["key_cache_misses"] == s1["key_cache_misses"] + 1
+    ops.exp(x)
+    assert mod.stats()["key_cache_hits"] == s2["key_cache_hits"] + 1
+    ms_dynvm.disable()
