@@ -889,9 +889,14 @@ class Recorder:
 
     def on_op(self, name: str, args: tuple, out) -> None:
         """Called after the op ran eagerly with `out` as its result; sets `last_op` and `last_tags`
-        (see the class doc)."""
+        (see the class doc). (The dispatcher calls the C hot path itself, then `on_op_py` where
+        that declines: one Python frame less per op; see DynVMMode.)"""
         if _hit is not None and _hit(self, name, args, out):
             return  # recorded by the C hot path (frontend/fastpath.py): the plan-cache branch below
+        self.on_op_py(name, args, out)
+
+    def on_op_py(self, name: str, args: tuple, out) -> None:
+        """`on_op` without the C hot path (for an op it declined, or with it off)."""
         # Every return path sets last_op and last_tags (after an exception, dispatch calls on_error,
         # which clears them).
         self._names.append(name)
@@ -1360,3 +1365,8 @@ class Recorder:
         self._update_links()
         self._new_program()
         return rec
+
+
+# `Recorder.on_op` as defined here: while the class still has it (profiling/ and tests replace it to
+# watch every op), the dispatcher inlines it (DynVMMode.direct).
+ON_OP = Recorder.on_op
