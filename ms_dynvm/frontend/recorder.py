@@ -526,8 +526,10 @@ class Recording:
 
     def input_arrays(self) -> list:
         """The inputs' values as the program read them (NumPy arrays, for `interpret`): the copy
-        taken before an in-scope write where there was one, else the tensor's value now."""
-        return [self._snaps[k] if k in self._snaps else t.asnumpy() for k, t in enumerate(self.inputs)]
+        taken before an in-scope write where there was one, else the tensor's value now. Each call
+        gives new arrays of their own: `asnumpy()` shares a CPU tensor's memory, so arrays taken
+        from it would change as the script goes on writing the tensor (an optimizer step)."""
+        return [(self._snaps[k] if k in self._snaps else t.asnumpy()).copy() for k, t in enumerate(self.inputs)]
 
     def _warn(self, text: str) -> None:
         if text not in self.warnings:

@@ -508,7 +508,9 @@ def _layer_norm(op, args, attrs):
             raise ShapeError(f"layer_norm: {name} {_fmt(t.shape)} must be {_fmt(pshape)}")
     dt = float_of(x.dtype)
     stat = x.shape[:bna] + (1,) * (x.rank - bna)
-    return [_tt(dt, x.shape), _tt(dt, stat), _tt(dt, stat)]
+    # MindSpore returns the mean and variance as float32 whatever x's float type (measured for
+    # float16 and float64).
+    return [_tt(dt, x.shape), _tt("f32", stat), _tt("f32", stat)]
 
 
 @_rule("softmax_cross_entropy")

@@ -985,7 +985,8 @@ def _softmax(op, args, attrs):
 
 @_impl("layer_norm")
 def _layer_norm(args, attrs):
-    """(y, mean, var) with var the biased variance without eps (MindSpore's LayerNorm)."""
+    """(y, mean, var) with var the biased variance without eps (MindSpore's LayerNorm); mean and var
+    are float32 for every float x, as MindSpore returns them."""
     x, gamma, beta = args
     out = _floaty(x.dtype)
     bna = _norm_axis(attrs["begin_norm_axis"], x.ndim)
@@ -994,8 +995,19 @@ def _layer_norm(args, attrs):
     n = math.prod(x.shape[bna:])
     mean = np.sum(xw, axis=axes, keepdims=True) / n
     var = np.sum((xw - mean) ** 2, axis=axes, keepdims=True) / n
+    if out == np.float16:
+        # MindSpore CPU's float16 LayerNorm (measured bit-equal): mean and var in double, returned
+        # as float32; y in float16 arithmetic, each step rounded to float16, from the float32
+        # statistics: ((x - f16(mean)) / f16(sqrt(var + eps))) * gamma + beta.
+        mean32, var32 = mean.astype(np.float32), var.astype(np.float32)
+        sd = np.sqrt(var32 + np.float32(attrs["eps"])).astype(np.float16)
+        with np.errstate(all="ignore"):
+            y = (x.astype(np.float16) - mean32.astype(np.float16)) / sd
+            y = y * _cast(gamma, out) + _cast(beta, out)
+        return y.astype(np.float16), mean32, var32
     y = (xw - mean) / np.sqrt(var + attrs["eps"]) * _wide(_cast(gamma, out)) + _wide(_cast(beta, out))
-    return y.astype(out), mean.astype(out), var.astype(out)
+    # (the statistics are float32 whatever x's type, as MindSpore returns them)
+    return y.astype(out), mean.astype(np.float32), var.astype(np.float32)
 
 
 @_impl("softmax_cross_entropy")
