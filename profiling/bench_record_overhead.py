@@ -35,6 +35,11 @@ Configurations:
 - record-py:    the same with enable(c_hot_path=False): the recorder in Python only
 - record+jit:   only with --jit: ms_dynvm.enable(): recording plus tier-1 run tracking (and serving
                 where compiled; compiling happens inside the timed calls)
+- mode-noop, mode+rec: only with --decompose: ms_dynvm's dispatch mode (frontend/dispatch.DynVMMode)
+                entered by hand, without the hooks (no Cell, grad or sync-point hooks, so no block
+                ends but the recorder's own limit), with `Recorder.on_op` a no-op (mode-noop) or the
+                recorder as in record (mode+rec): what the handler alone costs, and the recorder's
+                per-op work alone, without block and program management
 
 Workloads: a 27-op elementwise/reduction chain on a 16x16 tensor (dispatch-bound, so the handler's
 cost dominates), and the forward+backward steps of the test workloads (profiling/workloads.py).
@@ -160,6 +165,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9, help="rounds over all configurations")
     ap.add_argument("--calls", type=int, default=20, help="calls of the workload per timing")
     ap.add_argument("--jit", action="store_true", help="also time record+jit (compiles kernels)")
+    ap.add_argument("--decompose", action="store_true",
+                    help="also time mode-noop and mode+rec (ms_dynvm's dispatch mode without its hooks, "
+                         "with no recorder work, with the recorder)")
     ap.add_argument("--keep-objects", type=int, default=0, metavar="N",
                     help="also time hooks+ctrace+keepN: the C trace making 3N Python objects per op "
                          "and keeping them (as a recorder keeps its instructions) and hooks+ctrace+freeN "
@@ -304,6 +312,18 @@ def main() -> None:
             ctrace.set_keep(0, 0)
             with CTraceBare():
                 return run(fn, inp, calls)
+        if cfg in ("mode-noop", "mode+rec"):
+            from ms_dynvm.frontend import dispatch as dispatch_mod
+
+            if cfg == "mode-noop":
+                rec_mod.Recorder.on_op = noop_on_op
+            rec_mod.set_c_hot_path(True)
+            mode = dispatch_mod.DynVMMode(rec_mod.Recorder(Options.make(jit=False)), None)
+            try:
+                with mode:
+                    return run(fn, inp, calls)
+            finally:
+                rec_mod.Recorder.on_op = orig_on_op
         if cfg.endswith("(timed)"):
             rec_mod.Recorder.on_op = timed_on_op
         elif cfg == "hooks-only":
@@ -327,6 +347,7 @@ def main() -> None:
                 "hooks+ctrace", "ctrace-bare", "count-only",
                 "record", "record-py"]
                + (["record+jit"] if args.jit else [])
+               + (["mode-noop", "mode+rec"] if args.decompose else [])
                + ([f"hooks+ctrace+keep{args.keep_objects}", f"hooks+ctrace+free{args.keep_objects}"]
                   if args.keep_objects else [])
                + ["record(timed)", "record-py(timed)"])
@@ -457,6 +478,16 @@ def main() -> None:
               f"{paired('hooks+ctrace', name, 0):7.2f} {paired('ctrace-bare', name, 0):6.2f} "
               f"{paired('record', name, 0):7.2f} "
               f"{paired('record', name, 0, 'hooks+id'):9.2f} {paired('passthrough2', name, 0):6.2f}")
+
+    if args.decompose:
+        print("decomposition: per-op wall | thread cpu overhead over passthrough (paired medians, us/op) of "
+              "ms_dynvm's dispatch mode without its hooks and no recorder work (mode-noop), of the same with "
+              "its hooks (hooks-only), of the mode with the recorder but no hooks (mode+rec: per-op recording "
+              "without Cell/phase/sync block ends), and of record")
+        print(f"{'workload':16s} {'mode-noop':>15s} {'hooks-only':>15s} {'mode+rec':>15s} {'record':>15s}")
+        for name in cases:
+            print(f"{name:16s} " + " ".join(f"{paired(c, name, 0):7.2f} {paired(c, name, 1):7.2f}"
+                                            for c in ("mode-noop", "hooks-only", "mode+rec", "record")))
 
     if args.keep_objects:
         k = args.keep_objects
