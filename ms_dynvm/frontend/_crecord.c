@@ -33,7 +33,7 @@ static PyObject *IS_CONTIG_;    /* TensorPy.is_contiguous */
 static PyObject *s_get, *s_set, *s_plans, *s_epoch, *s_types, *s_block, *s_program, *s_recording,
                 *s_want_tags, *s_one_instr, *s_names, *s_last_index, *s_last_op, *s_last_tags,
                 *s_instrs, *s_pending, *s_pattrs, *s_n, *s_close_block, *s_limit, *s_add_view, *s_open_block, *s_views_on, *s_view_keys, *s_dtype, *s_shape, *s_mdtype, *s_mshape,
-                *s_inputs, *s_link_all, *s_link_ops, *s_max_block_ops, *s_ops_recorded, *s_instrs_m, *ONE;
+                *s_inputs, *s_legacy_key, *s_link_all, *s_link_ops, *s_max_block_ops, *s_ops_recorded, *s_instrs_m, *ONE;
 
 #define MAXARGS 16
 
@@ -674,15 +674,21 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     Words kw;
     kw.n = 0; kw.ok = 1;
     Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    int legacy = 0;
+    PyObject *legacy = NULL;  /* borrowed: the legacy key part, or NULL */
     if (nargs == 3 && PyUnicode_CheckExact(PyTuple_GET_ITEM(args, 1))
             && PyTuple_CheckExact(PyTuple_GET_ITEM(args, 2))) {
         int eq = PyUnicode_Compare(PyTuple_GET_ITEM(args, 1), name);
         if (eq == -1 && PyErr_Occurred()) return NULL;
         if (eq == 0) {
             src = PyTuple_GET_ITEM(args, 2);  /* legacy primitive: (prim, name, inputs) */
-            legacy = 1;
+            /* its key part: _LEGACY, or _LEGACY_MIX[dt] under a mixed-precision type (interned) */
+            legacy = PyDict_GetItemWithError(d, s_legacy_key);
+            if (legacy == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_legacy_key");
+                return NULL;
+            }
             kw_put(&kw, W_LEGACY);
+            kw_put(&kw, (intptr_t)legacy);
         }
     }
     PyObject *pregs[MAXARGS];  /* owned; NULL for a fresh argument until its input is made */
@@ -700,7 +706,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     plan = ctab_get(plans, &kw);
     if (plan == NULL) {  /* the Python key */
         parts = PyList_New(0);
-        if (parts == NULL || (legacy && PyList_Append(parts, LEGACY_) < 0)) goto done;
+        if (parts == NULL || (legacy != NULL && PyList_Append(parts, legacy) < 0)) goto done;
         Py_ssize_t j = 0;
         for (Py_ssize_t i = 0; i < n; i++)
             if (py_part(PyTuple_GET_ITEM(src, i), parts, tys, &j) < 0) goto done;
@@ -917,7 +923,7 @@ PyMODINIT_FUNC PyInit__crecord(void) {
     INTERN(s_close_block, "close_block"); INTERN(s_limit, "limit"); INTERN(s_add_view, "_add_view"); INTERN(s_open_block, "_open_block");
     INTERN(s_views_on, "_views_on"); INTERN(s_view_keys, "_view_keys"); INTERN(s_dtype, "dtype");
     INTERN(s_shape, "shape"); INTERN(s_mdtype, "_dtype"); INTERN(s_mshape, "_shape"); INTERN(s_inputs, "inputs");
-    INTERN(s_link_all, "_link_all"); INTERN(s_link_ops, "_link_ops");
+    INTERN(s_link_all, "_link_all"); INTERN(s_legacy_key, "_legacy_key"); INTERN(s_link_ops, "_link_ops");
     INTERN(s_max_block_ops, "_max_block_ops"); INTERN(s_ops_recorded, "ops_recorded"); INTERN(s_instrs_m, "instrs");
     if ((ONE = PyLong_FromLong(1)) == NULL) return NULL;
 #if HAVE_CTAB

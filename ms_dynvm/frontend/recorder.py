@@ -95,6 +95,7 @@ _side_effect_inputs = _norm.side_effect_inputs
 _TABLE = _norm._TABLE
 _REJECT = _norm._REJECT
 _Lowering = _norm.Lowering
+_Tmp = _norm.Tmp
 _OUT1 = (_norm.Tmp(0),)
 _OPS = opcodes.OPS
 _VIEW = opcodes.VIEW
@@ -339,6 +340,48 @@ def _store_plan(plans: dict, key, plan) -> None:
 
 
 _LEGACY = ("legacy",)  # key part: arguments of a legacy primitive (prim, name, inputs)
+# The same inside a Cell with a mixed-precision type (`Recorder.mix_event`): MindSpore casts a legacy
+# primitive's float tensor inputs to that type after dispatch (the cast is not dispatched), so its
+# lowering differs (`_mix_casts`) and so must its plan.
+_LEGACY_MIX = {dt: ("legacy", dt) for dt in ("f16", "f32", "bf16")}
+_MIX_TYPES = {"FP16": "f16", "FP32": "f32", "BF16": "bf16"}  # MixedPrecisionType names; NOTSET: none
+_MIX_FLOATS = frozenset({"f16", "f32", "f64", "bf16"})
+
+
+def _mix_casts(low, mix: str, name: str, args: tuple):
+    """The lowering `low` of legacy primitive `name` run under mixed-precision type `mix`, with what
+    MindSpore does after dispatch: each float tensor input of another float type is cast to `mix`
+    first (a `cast` instruction per distinct tensor, its uses read the cast). `low` unchanged where
+    nothing is cast; None (an opaque call) where the casts cannot be written exactly: an in-place or
+    side-effect primitive (MindSpore leaves the Parameters it writes uncast), or a tensor inside a
+    sequence operand."""
+    instrs = [low] if type(low) is tuple else list(low.instrs)
+    outputs = _norm._OUT1 if type(low) is tuple else low.outputs
+    casts = {}  # id(tensor) -> (tensor, its index among the casts)
+    for _, operands, _ in instrs:
+        for a in operands:
+            if isinstance(a, Tensor):
+                dt = _vm_dtype(a.dtype)
+                if id(a) not in casts and dt in _MIX_FLOATS and dt != mix:
+                    casts[id(a)] = (a, len(casts))
+            elif type(a) in (tuple, list) and any(isinstance(e, Tensor) for e in a):
+                return None
+    if not casts:
+        return low
+    if name in _INPLACE or _side_effect_inputs(name, args):
+        return None
+    k = len(casts)
+
+    def shift(a):
+        if type(a) is _Tmp:
+            return _Tmp(a.index + k, a.out)
+        if isinstance(a, Tensor) and id(a) in casts:
+            return _Tmp(casts[id(a)][1])
+        return a
+
+    new = [("cast", (t,), {"dtype": mix}) for t, _ in casts.values()]
+    new += [(op, tuple(shift(a) for a in operands), attrs) for op, operands, attrs in instrs]
+    return _Lowering(new, tuple(shift(t) for t in outputs))
 _MULTI = ("multi",)  # first item of a plan of several instructions or results (`_run_multi`)
 
 
@@ -622,6 +665,11 @@ class Recorder:
         self.region = ""
         self._block_count = 0
         self._one_instr = METRICS.one_instr_ops
+        # Mixed precision (`mix_event`): MindSpore's stack of Cell mixed-precision types, the one in
+        # force (None, or a VM float dtype), and the plan-key part of legacy primitives under it.
+        self._mix_stack: list = []
+        self._mix = None
+        self._legacy_key = _LEGACY
         self._new_program()
 
     # --- program and block management -----------------------------------------------------------
@@ -698,6 +746,18 @@ class Recorder:
         if phase != self._phase:
             self.close_block("phase")
             self.phase = phase
+
+    def mix_event(self, mixed_precision_type, push: bool) -> None:
+        """MindSpore's `_PyNativeExecutor.set_mixed_precision_type(type, push)` ran (an nn.Cell with
+        a mixed-precision type, `to_float` or amp O2/O3, entered or left): its stack, mirrored. The
+        type on top (NOTSET: none) is the one MindSpore casts legacy primitives' inputs to."""
+        if push:
+            self._mix_stack.append(_MIX_TYPES.get(getattr(mixed_precision_type, "name", None)))
+        elif self._mix_stack:
+            self._mix_stack.pop()
+        mix = self._mix_stack[-1] if self._mix_stack else None
+        self._mix = mix
+        self._legacy_key = _LEGACY if mix is None else _LEGACY_MIX[mix]
 
     def enter_region(self, name: str) -> None:
         self.close_block("cell")
@@ -913,7 +973,7 @@ class Recorder:
             src = args
             if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
                 src = args[2]  # legacy primitive: (prim, name, inputs)
-                parts.append(_LEGACY)
+                parts.append(self._legacy_key)
             pregs = []  # register of each tensor argument; -1 for one that holds none yet (`fresh`)
             fresh = None
             for a in src:
@@ -1004,6 +1064,8 @@ class Recorder:
             try:
                 if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
                     low = low(args[2], args[0])  # legacy primitive: (prim, name, inputs)
+                    if self._mix is not None and low is not None:
+                        low = _mix_casts(low, self._mix, name, args)
                 else:
                     low = low(args, None)
             except _REJECT:

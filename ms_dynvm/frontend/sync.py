@@ -10,6 +10,9 @@
   `@jit` function or Cell, such as every nn optimizer's construct): none of their ops is dispatched
   and they may update their inputs in place, so they are sync points before and after.
 - Phase: `_PyNativeExecutor.grad` runs the backward pass; wrapping it tells forward from backward.
+- Mixed precision: `_PyNativeExecutor.set_mixed_precision_type` pushes and pops MindSpore's stack of
+  Cell mixed-precision types (`to_float`, amp O2/O3); the recorder mirrors it (`Recorder.mix_event`),
+  as MindSpore casts a legacy primitive's float inputs to the type on top without dispatching the cast.
 - Regions: `nn.Cell.__call__` boundaries (see the `cell_boundaries` option).
 - Steps: every outermost Cell call and backward pass is a region start for the step switch
   (`dispatch.StepGate`, `cost/step.py`), also with `cell_boundaries="none"`; while a step runs bare
@@ -161,6 +164,15 @@ class Hooks:
                     gate.depth -= 1
             return grad_hook
         self._patch(_PyNativeExecutor, "grad", make_grad)
+
+        def make_mix(orig):
+            def mix_hook(executor, mixed_precision_type, is_push=True):
+                out = orig(executor, mixed_precision_type, is_push)
+                if threading.get_ident() == me:
+                    _safe(rec, "mixed precision", rec.mix_event, mixed_precision_type, is_push)
+                return out
+            return mix_hook
+        self._patch(_PyNativeExecutor, "set_mixed_precision_type", make_mix)
 
         top_only = self.cell_boundaries == "top"
         no_bounds = self.cell_boundaries == "none"

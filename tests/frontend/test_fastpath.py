@@ -249,3 +249,49 @@ def test_key_cache_entry_ends_with_a_change_to_its_plans():
     ops.exp(x)
     assert mod.stats()["key_cache_hits"] == s2["key_cache_hits"] + 1
     ms_dynvm.disable()
+
+
+def test_mixed_precision_plans_are_apart(monkeypatch):
+    """A legacy primitive's plan under a mixed-precision type (its inputs cast) is not the plan of
+    the same call outside it: alternating calls inside and outside a `to_float(float16)` Cell record
+    the same blocks with the C path as with the Python path (which the C path mostly records), and
+    only the inside ones cast."""
+    from mindspore import nn
+
+    class Legacy(nn.Cell):  # legacy primitives with plans: BiasAdd, ReLU, Sigmoid
+        def __init__(self):
+            super().__init__()
+            self.b = ms.Parameter(ms.Tensor(np.linspace(-1, 1, 3).astype(np.float32)))
+            self.bias_add, self.relu, self.sigmoid = ops.BiasAdd(), ops.ReLU(), ops.Sigmoid()
+
+        def construct(self, x):
+            return self.sigmoid(self.relu(self.bias_add(x, self.b)))
+
+    plain, mixed = Legacy(), Legacy().to_float(ms.float16)
+    x = ms.Tensor(np.random.default_rng(8).standard_normal((2, 3)).astype(np.float32))
+
+    def run(c_path):
+        texts, hits = [], []
+        close = R.Recorder.close_block
+
+        def spy(self, reason):
+            if self.block is not None and self.block.num_instrs():
+                texts.append(self.program.as_text())
+            return close(self, reason)
+
+        monkeypatch.setattr(R.Recorder, "close_block", spy)
+        ms_dynvm.enable(c_hot_path=c_path)
+        if c_path:
+            hit = R._hit
+            R._hit = lambda *a: hits.append(hit(*a)) or hits[-1]
+        for _ in range(4):
+            plain(x).asnumpy()
+            mixed(x).asnumpy()
+        ms_dynvm.disable()
+        monkeypatch.setattr(R.Recorder, "close_block", close)
+        return texts, hits
+
+    (py, _), (c, hits) = run(False), run(True)
+    assert c == py and len(c) == 8
+    assert sum(hits) >= 12  # the C path recorded most ops of the last calls
+    assert [("cast(" in t) for t in c] == [False, True] * 4

@@ -545,3 +545,74 @@ def test_integer_floor_mod_by_zero_as_mindspore():
     for w, o in zip(want, outs):
         g = got[rec.output_index(o)]
         assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
+
+
+def _bits_equal(a, b):
+    return a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_mixed_precision_cells_cast_legacy_inputs_as_mindspore_does():
+    """Inside a Cell with a mixed-precision type (`to_float`, amp O2/O3) MindSpore casts a legacy
+    primitive's float inputs to that type after dispatch, without dispatching the cast. The program
+    has the casts (a held-out round: conv2d read float32 registers and declared a float16 result,
+    interpret 618 ulp off; amp O2 LayerNorm read float16 x and gave float32): interpret gives eager's
+    bits; outside the Cell, the same primitive gets no cast."""
+    from mindspore import nn
+
+    rng = np.random.default_rng(3)
+    conv = nn.Conv2d(1, 4, 3, pad_mode="same")
+    mixed = nn.Conv2d(1, 4, 3, pad_mode="same").to_float(ms.float16)
+    x = ms.Tensor(rng.standard_normal((8, 1, 4, 4)).astype(np.float32))
+    with ms_dynvm.record() as rec:
+        y_mixed = mixed(x)
+        y_plain = conv(x)
+    verify_program(rec.program)
+    convs = [i for i in rec.program.instrs() if i.op == "conv2d"]
+    assert [[str(rec.program.types[int(a)].dtype) for a in c.args] for c in convs] == [["f16", "f16"], ["f32", "f32"]]
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
+    assert _bits_equal(got[rec.output_index(y_mixed)], y_mixed.asnumpy())
+    np.testing.assert_allclose(got[rec.output_index(y_plain)], y_plain.asnumpy(), rtol=1e-5, atol=1e-5)
+
+    net = nn.SequentialCell([nn.Dense(32, 32), nn.LayerNorm((32,)), nn.GELU()])
+    net = ms.amp.auto_mixed_precision(net, "O2")
+    xs = ms.Tensor(rng.standard_normal((8, 32)).astype(np.float32))
+    with ms_dynvm.record() as rec2:
+        out = net(xs)
+    verify_program(rec2.program)
+    ln = [i for i in rec2.program.instrs() if i.op == "layer_norm"]
+    assert ln and str(rec2.program.types[int(ln[0].args[0])].dtype) == "f32"
+    got2 = ms_dynvm.interpret(rec2.program, rec2.input_arrays())[rec2.output_index(out)]
+    np.testing.assert_allclose(got2.astype(np.float64), out.asnumpy().astype(np.float64), rtol=1e-3, atol=1e-3)
+
+
+def test_float16_and_bfloat16_forms_interpret_to_eager_bits():
+    """Interpreted programs give eager's bits where a float16/bfloat16 round found 1-9 ulp
+    differences: float16 softmax (its float16 steps and the C library's expf), a float16 tensor times
+    or divided by a 0-d float32/float64 tensor (computed in float32), DivMod-trunc of those (fmod's
+    first step), and bfloat16 add/sub/mul/div with a Python float (rounded to bfloat16 first)."""
+    from mindspore import ops
+
+    rng = np.random.default_rng(21)
+    x16 = ms.Tensor((rng.standard_normal((40, 33)) * rng.choice([0.5, 3.0, 10.0], (40, 33))).astype(np.float16))
+    s32 = ms.Tensor(np.array(0.1234567, np.float32))
+    s64 = ms.Tensor(np.array(0.1234567891, np.float64))
+    xb = ms.Tensor((rng.standard_normal(4000) * 3).astype(np.float32)).astype(ms.bfloat16)
+    cases = {
+        "softmax f16 last": lambda: ops.softmax(x16, -1),
+        "softmax f16 axis 0": lambda: ops.softmax(x16, 0),
+        "f16 * f32[]": lambda: x16 * s32,
+        "f16 / f64[]": lambda: x16 / s64,
+        "f32[] / f16": lambda: s32 / x16,
+        "fmod f16, f32[]": lambda: ops.fmod(x16, s32),
+        "bf16 * 0.1": lambda: xb * 0.1,
+        "bf16 + 3.7": lambda: xb + 3.7,
+        "bf16 - 0.1": lambda: xb - 0.1,
+        "bf16 / 1e-3": lambda: xb / 1e-3,
+    }
+    for name, fn in cases.items():
+        with ms_dynvm.record() as rec:
+            y = fn()
+        got = ms_dynvm.interpret(rec.program, rec.input_arrays())[rec.output_index(y)]
+        want = y.astype(ms.float32).asnumpy() if y.dtype == ms.bfloat16 else y.asnumpy()
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        assert got.dtype == want.dtype and same.all(), (name, int((~same).sum()))
