@@ -422,6 +422,7 @@ def _divmod(a, prim):
 
 
 _FLOAT_DTYPES = frozenset({"f16", "f32", "f64", "bf16"})
+_INT_DTYPES = frozenset({"i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"})
 
 
 def _tensors_dtype(dts: list) -> str:
@@ -637,12 +638,19 @@ def _reduce_dtype(op: str):
     return _in_order(h)
 
 
+def _legacy_sum_dtype(x):
+    """The `dtype` attribute of a legacy ReduceSum/ReduceProd: it keeps a bool or integer input's
+    dtype (measured: int8 ... int64, uint8, bool), where the VM's sum/prod default to i64."""
+    dt = _vm_dtype(_t(x))
+    return dt if dt == "bool" or dt in _INT_DTYPES else None
+
+
 @_in_order
 def _reduce_sum_legacy(a, prim):
     x, axis, keep, skip_mode = a
     if skip_mode is not False:
         raise _Unsupported
-    return ("sum", (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
+    return ("sum", (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": _legacy_sum_dtype(x)})
 
 
 def _reduce_legacy_dtype(op: str):
@@ -650,7 +658,8 @@ def _reduce_legacy_dtype(op: str):
 
     def h(a, prim):
         x, axis, keep = a
-        return (op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep), "dtype": None})
+        return (op, (_t(x),), {"axis": _axes(axis), "keepdims": _bool(keep),
+                               "dtype": _legacy_sum_dtype(x) if op == "prod" else None})
 
     return _in_order(h)
 
