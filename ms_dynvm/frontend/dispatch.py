@@ -70,7 +70,7 @@ class DynVMMode(ms.MsDispatchMode):
         t1 = self.tier1
         if not self.serving and (name in _INPLACE or len(args) == 3):  # (serving is off exactly
             self._before_inplace(name, args)  # inside record(); 3 arguments: maybe a legacy primitive)
-        if t1 is None or kwargs:
+        if t1 is None or kwargs or self.recorder._mix is not None:  # (see Recorder.mix_event)
             out = func(*args, **kwargs) if kwargs else func(*args)
             try:
                 if self.direct:  # Recorder.on_op inline: its C hot path, else its Python path

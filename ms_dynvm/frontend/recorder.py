@@ -353,8 +353,9 @@ def _mix_casts(low, mix: str, name: str, args: tuple):
     MindSpore does after dispatch: each float tensor input of another float type is cast to `mix`
     first (a `cast` instruction per distinct tensor, its uses read the cast). `low` unchanged where
     nothing is cast; None (an opaque call) where the casts cannot be written exactly: an in-place or
-    side-effect primitive (MindSpore leaves the Parameters it writes uncast), or a tensor inside a
-    sequence operand."""
+    side-effect primitive (MindSpore leaves the Parameters it writes uncast), a tensor inside a
+    sequence operand, or a lowering with casts of its own to another type (chosen from the dtypes
+    before MindSpore's cast)."""
     instrs = [low] if type(low) is tuple else list(low.instrs)
     outputs = _norm._OUT1 if type(low) is tuple else low.outputs
     casts = {}  # id(tensor) -> (tensor, its index among the casts)
@@ -368,7 +369,11 @@ def _mix_casts(low, mix: str, name: str, args: tuple):
                 return None
     if not casts:
         return low
-    if name in _INPLACE or _side_effect_inputs(name, args):
+    if name in _INPLACE or _side_effect_inputs(name, args) or any(
+            op == "cast" and attrs.get("dtype") != mix for op, _, attrs in instrs):
+        # (a `cast` of the lowering itself to another type than `mix` was chosen from the dtypes
+        # before MindSpore's cast, as BiasAdd's of a bias to x's dtype: after it they agree; one to
+        # `mix` is exact after the casts)
         return None
     k = len(casts)
 
@@ -756,6 +761,11 @@ class Recorder:
         elif self._mix_stack:
             self._mix_stack.pop()
         mix = self._mix_stack[-1] if self._mix_stack else None
+        if mix != self._mix:
+            # Tier 1 neither tracks nor serves ops under a mixed-precision type (its run templates
+            # are not keyed by it: a run learned inside a to_float Cell was served outside it, in
+            # float16): the run in progress ends here.
+            self.close_block("mix")
         self._mix = mix
         self._legacy_key = _LEGACY if mix is None else _LEGACY_MIX[mix]
 

@@ -935,3 +935,42 @@ def test_a_scalar_of_another_type_or_zero_sign_is_not_served_the_recorded_one(re
             assert dt == wdt
             np.testing.assert_array_equal(np.signbit(a), np.signbit(w))
             np.testing.assert_array_equal(a, w)
+
+
+def test_runs_inside_a_mixed_precision_cell_are_neither_learned_nor_served():
+    """Under a Cell's mixed-precision type MindSpore casts legacy primitives' inputs after dispatch;
+    tier 1's run templates are not keyed by that type, so it neither tracks nor serves ops there (a
+    review found a run learned inside a to_float(float16) Cell served outside it: float16 results
+    where eager gives float32). Outside, the same ops are fused and served as usual."""
+    from mindspore import nn
+    from mindspore.ops import operations as P
+
+    bias_add, mul = P.BiasAdd(), P.Mul()
+
+    def f(x, b):
+        y = bias_add(x, b)
+        y = bias_add(y, b)
+        return mul(y, y)
+
+    class Mixed(nn.Cell):
+        def construct(self, x, b):
+            return f(x, b)
+
+    mixed = Mixed().to_float(ms.float16)
+    rng = np.random.default_rng(0)
+    xs = [ms.Tensor(rng.standard_normal((n, 16)).astype(np.float32)) for n in (8, 16) * 20]
+    b = ms.Tensor(rng.standard_normal(16).astype(np.float32))
+    want_mixed = [mixed(x, b).asnumpy() for x in xs]
+    want_plain = [f(x, b).asnumpy() for x in xs]
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(compile_policy="threshold")
+    try:
+        got_mixed = [mixed(x, b).asnumpy() for x in xs]
+        fused_inside = ms_dynvm.stats()["fused_ops"]
+        got_plain = [f(x, b).asnumpy() for x in xs]
+        fused = ms_dynvm.stats()["fused_ops"]
+    finally:
+        ms_dynvm.disable()
+    assert fused_inside == 0 and fused > 0
+    for got, want in ((got_mixed, want_mixed), (got_plain, want_plain)):
+        assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))

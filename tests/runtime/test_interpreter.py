@@ -1440,3 +1440,13 @@ def test_softplus_of_nan_is_inf_as_mindspore():
         x = np.array([np.nan, -np.nan, np.inf, -np.inf, 1.0], dt)
         r = _run("softplus", [x], beta=2.0, threshold=10.0)
         assert r.dtype == dt and np.isposinf(r[:3]).all() and r[3] == 0 and abs(float(r[4]) - 1.0634643) < 1e-3
+
+
+def test_float16_sigmoid_grad_bit_equal_to_mindspore(mst):
+    """MindSpore CPU's float16 SigmoidGrad rounds each step to float16; so does the interpreter."""
+    rng = np.random.default_rng(3)
+    y = rng.uniform(0, 1, 20000).astype(np.float16)
+    dy = (rng.standard_normal(20000) * rng.choice([0.01, 1.0, 100.0], 20000)).astype(np.float16)
+    want = mst.G.SigmoidGrad()(mst.Tensor(y), mst.Tensor(dy)).asnumpy()
+    got = IMPLS["sigmoid_grad"]([y, dy], {})
+    assert got.dtype == np.float16 and np.array_equal(got, want)
