@@ -37,7 +37,7 @@ from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _
     reads_target as _reads_target, side_effect_inputs as _side_effect_inputs
 from ms_dynvm.frontend import recorder as _recorder_mod
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
-from ms_dynvm.frontend.sync import Hooks
+from ms_dynvm.frontend.sync import Hooks, mixed_types_entered
 from ms_dynvm.cost.model import SizeSwitch
 from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend.tier1 import _EAGER, _MISS, Tier1
@@ -448,6 +448,8 @@ def enable(**options) -> None:
             ms.runtime.launch_blocking()
         set_c_hot_path(opts.c_hot_path and opts.record)
         rec = Recorder(opts)
+        for t in mixed_types_entered():  # enable() inside a Cell with a mixed-precision type
+            rec.mix_event(t, True)
         tier1 = _make_tier1(rec, opts)
         hooks = Hooks(rec, opts.cell_boundaries)
         hooks.install()

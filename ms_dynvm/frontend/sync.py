@@ -64,6 +64,26 @@ def _safe(rec, where: str, fn, *args) -> None:
             pass
 
 
+def mixed_types_entered():
+    """The mixed-precision types MindSpore has pushed for the Cells being called right now, outermost
+    first: one per frame of `nn.Cell._complex_call` on the Python stack whose Cell has a type (its
+    `_call_pre_process` pushed it before `construct`). MindSpore has no getter for its stack; this
+    lets an `enable()` made inside such a Cell start from it. (A type left pushed by a Cell whose
+    construct raised, which MindSpore never pops, is not seen.)"""
+    import sys
+
+    code = getattr(getattr(nn.Cell, "_complex_call", None), "__code__", None)
+    if code is None:
+        return []
+    cells = []
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code is code:
+            cells.append(f.f_locals.get("self"))
+        f = f.f_back
+    return [t for t in (getattr(c, "mixed_precision_type", None) for c in reversed(cells)) if t is not None]
+
+
 class Hooks:
     def __init__(self, recorder, cell_boundaries: str) -> None:
         self.recorder = recorder
