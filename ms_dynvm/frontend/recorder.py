@@ -73,6 +73,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from weakref import ref as _weakref
 from collections import deque
 
 import numpy as np
@@ -895,8 +896,11 @@ class Recorder:
         dtype = ty.dtype
         arg = None
         for entry in reversed(self._views):
-            view, reg, vdtype, vshape, vlayout, _, vcontiguous = entry
+            ref, reg, vdtype, vshape, vlayout, _, vcontiguous = entry
             if vdtype != dtype or vshape != shape:
+                continue
+            view = ref()
+            if view is None:  # (the script let it go: no longer a candidate)
                 continue
             if arg is None:
                 c_strides = _c_strides(shape)
@@ -950,9 +954,12 @@ class Recorder:
                 del keys[k]
         k = (ty.dtype, ty.shape)
         keys[k] = keys.get(k, 0) + 1
-        # [tensor, reg, dtype, shape, layout (`_layout`, once compared), (data pointer, its elements),
-        # contiguous]
-        views.append([t, reg, k[0], k[1], None, None, read and ty.layout == "contiguous"])
+        # [weak reference to the tensor, reg, dtype, shape, layout (`_layout`, once compared), (data
+        # pointer, its elements), contiguous]. Weak: keeping the view alive would change when
+        # MindSpore frees and reuses its memory, which can change what eager computes where
+        # MindSpore reads memory it should not (an LSTM's gradient under amp O2 differed from eager's
+        # with the candidates held; session 13).
+        views.append([_weakref(t), reg, k[0], k[1], None, None, read and ty.layout == "contiguous"])
 
     def _bind(self, t, reg: int) -> None:
         t._set_user_data(_KEY, (self.epoch, reg))
