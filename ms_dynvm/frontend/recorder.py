@@ -550,6 +550,15 @@ def _read_tags(args, out) -> tuple:
             [o._get_user_data(_KEY) for o in outs if _is_tensor(o)])
 
 
+def _storage_key(t):
+    """(data pointer, shape, dtype, strides) of tensor `t`, or None (no elements, or unreadable)."""
+    try:
+        ptr = t._data_ptr()
+        return None if not ptr else (ptr, tuple(t.shape), str(t.dtype), tuple(t.stride()))
+    except Exception:  # noqa: BLE001 - a tensor without host storage: no match
+        return None
+
+
 class Recording:
     """What `ms_dynvm.record()` yields. After the `with` block: `program` (a bytecode Program),
     `inputs` (the MindSpore tensors entering it, Parameters included, in program input order) and
@@ -585,10 +594,19 @@ class Recording:
             self.warnings.append(text)
 
     def reg_of(self, tensor):
-        """The register holding `tensor`'s value at the end of the recording, or None."""
+        """The register holding `tensor`'s value at the end of the recording, or None. Found by its
+        tag; where ms_dynvm has tagged the tensor again since (used by an op after the scope with
+        ms_dynvm on, it became an input of another program), by storage: the output of the same
+        data pointer, shape, dtype and strides."""
         tag = tensor._get_user_data(_KEY)
         if tag is not None and tag[0] == self._epoch:
             return Reg(tag[1])
+        if tag is not None and self.program is not None:
+            key = _storage_key(tensor)
+            if key is not None:
+                for r, t in zip(reversed(self.program.outputs), reversed(self.outputs)):
+                    if _storage_key(t) == key:
+                        return Reg(r)
         return None
 
     def output_index(self, tensor) -> int:
@@ -886,6 +904,9 @@ class Recorder:
         tag = (self.epoch, r)
         t._set_user_data(_KEY, tag)
         if self.recording is not None:
+            # Its value as the program reads it, copied now: the script may write the tensor later,
+            # inside the scope or after it, in ways the recorder does not see (through NumPy memory).
+            self.recording._snaps[len(self.recording.inputs)] = _snapshot(t)
             self.recording.inputs.append(t)
         return tag
 
