@@ -568,10 +568,10 @@ class Recording:
     `inputs` are the tensors themselves, not copies: an input written in place inside the scope
     (setitem, `assign_value`, `set_data`, an in-place op, a graph-mode call such as an `nn`
     optimizer's step or an `@ms.jit` function, which may write any input) holds its new value
-    afterwards. The recorder copies such an input's value right before the write (and after a
-    graph-mode call, later uses of the inputs are new inputs): `input_arrays()` gives every input's
-    value as the program read it, which `[t.asnumpy() for t in inputs]` does not then. Such writes
-    are noted in `warnings`."""
+    afterwards. The recorder copies each input's value when the program first reads it (and after
+    a write, later uses of the tensor are new inputs): `input_arrays()` gives every input's value as
+    the program read it, which `[t.asnumpy() for t in inputs]` does not then. Writes to inputs are
+    noted in `warnings`."""
 
     def __init__(self) -> None:
         self.program: Program | None = None
@@ -584,9 +584,10 @@ class Recording:
 
     def input_arrays(self) -> list:
         """The inputs' values as the program read them (NumPy arrays, for `interpret`): the copy
-        taken before an in-scope write where there was one, else the tensor's value now. Each call
-        gives new arrays of their own: `asnumpy()` shares a CPU tensor's memory, so arrays taken
-        from it would change as the script goes on writing the tensor (an optimizer step)."""
+        taken when the program first read each input (since session 13; the tensor's value now for
+        one that has none). Each call gives new arrays of their own: `asnumpy()` shares a CPU
+        tensor's memory, so arrays taken from it would change as the script goes on writing the
+        tensor (an optimizer step)."""
         return [(self._snaps[k] if k in self._snaps else t.asnumpy()).copy() for k, t in enumerate(self.inputs)]
 
     def _warn(self, text: str) -> None:
