@@ -37,7 +37,7 @@ from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _
     reads_target as _reads_target, side_effect_inputs as _side_effect_inputs
 from ms_dynvm.frontend import recorder as _recorder_mod
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
-from ms_dynvm.frontend.sync import Hooks, mixed_types_entered
+from ms_dynvm.frontend.sync import Hooks, mixed_types_entered, mixed_types_entered_elsewhere
 from ms_dynvm.cost.model import SizeSwitch
 from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend.tier1 import _EAGER, _MISS, Tier1
@@ -71,6 +71,9 @@ class DynVMMode(ms.MsDispatchMode):
         if not self.serving and (name in _INPLACE or len(args) == 3):  # (serving is off exactly
             self._before_inplace(name, args)  # inside record(); 3 arguments: maybe a legacy primitive)
         if t1 is None or kwargs or self.recorder._mix is not None:  # (see Recorder.mix_event)
+            if t1 is not None and (t1.run is not None or t1.pending is not None) \
+                    and self.recorder._mix is not None:
+                t1.block_closed("mix")  # (a type another thread pushed: no block end said so)
             out = func(*args, **kwargs) if kwargs else func(*args)
             try:
                 if self.direct:  # Recorder.on_op inline: its C hot path, else its Python path
@@ -450,6 +453,8 @@ def enable(**options) -> None:
         rec = Recorder(opts)
         for t in mixed_types_entered():  # enable() inside a Cell with a mixed-precision type
             rec.mix_event(t, True)
+        for _ in range(mixed_types_entered_elsewhere()):  # (or while another thread is inside one)
+            rec.mix_event(None, True, True)
         tier1 = _make_tier1(rec, opts)
         hooks = Hooks(rec, opts.cell_boundaries)
         hooks.install()

@@ -344,7 +344,7 @@ _LEGACY = ("legacy",)  # key part: arguments of a legacy primitive (prim, name, 
 # The same inside a Cell with a mixed-precision type (`Recorder.mix_event`): MindSpore casts a legacy
 # primitive's float tensor inputs to that type after dispatch (the cast is not dispatched), so its
 # lowering differs (`_mix_casts`) and so must its plan.
-_LEGACY_MIX = {dt: ("legacy", dt) for dt in ("f16", "f32", "bf16")}
+_LEGACY_MIX = {dt: ("legacy", dt) for dt in ("f16", "f32", "bf16", "?")}  # "?": another thread's
 _MIX_TYPES = {"FP16": "f16", "FP32": "f32", "BF16": "bf16"}  # MixedPrecisionType names; NOTSET: none
 _MIX_FLOATS = frozenset({"f16", "f32", "f64", "bf16"})
 
@@ -368,6 +368,8 @@ def _mix_casts(low, mix: str, name: str, args: tuple):
                     casts[id(a)] = (a, len(casts))
             elif type(a) in (tuple, list) and any(isinstance(e, Tensor) for e in a):
                 return None
+    if mix == "?":  # a type another thread pushed (`Recorder.mix_event`): not known here
+        return None
     if not casts:
         return low
     if name in _INPLACE or _side_effect_inputs(name, args) or any(
@@ -693,6 +695,7 @@ class Recorder:
         # Mixed precision (`mix_event`): MindSpore's stack of Cell mixed-precision types, the one in
         # force (None, or a VM float dtype), and the plan-key part of legacy primitives under it.
         self._mix_stack: list = []
+        self._mix_foreign = 0  # pushes by other threads not popped yet
         self._mix = None
         self._legacy_key = _LEGACY
         self._new_program()
@@ -772,16 +775,21 @@ class Recorder:
             self.close_block("phase")
             self.phase = phase
 
-    def mix_event(self, mixed_precision_type, push: bool) -> None:
+    def mix_event(self, mixed_precision_type, push: bool, foreign: bool = False) -> None:
         """MindSpore's `_PyNativeExecutor.set_mixed_precision_type(type, push)` ran (an nn.Cell with
         a mixed-precision type, `to_float` or amp O2/O3, entered or left): its stack, mirrored. The
-        type on top (NOTSET: none) is the one MindSpore casts legacy primitives' inputs to."""
-        if push:
+        type on top (NOTSET: none) is the one MindSpore casts legacy primitives' inputs to.
+        MindSpore's stack is one per process: `foreign`, a push or pop by another thread. While
+        another thread has pushed a type, the type in force here is not known ("?": legacy
+        primitives are opaque calls, tier 1 stays off); only this thread's events end blocks."""
+        if foreign:
+            self._mix_foreign = max(0, self._mix_foreign + (1 if push else -1))
+        elif push:
             self._mix_stack.append(_MIX_TYPES.get(getattr(mixed_precision_type, "name", None)))
         elif self._mix_stack:
             self._mix_stack.pop()
-        mix = self._mix_stack[-1] if self._mix_stack else None
-        if mix != self._mix:
+        mix = "?" if self._mix_foreign else (self._mix_stack[-1] if self._mix_stack else None)
+        if mix != self._mix and not foreign:
             # Tier 1 neither tracks nor serves ops under a mixed-precision type (its run templates
             # are not keyed by it: a run learned inside a to_float Cell was served outside it, in
             # float16): the run in progress ends here.

@@ -84,6 +84,25 @@ def mixed_types_entered():
     return [t for t in (getattr(c, "mixed_precision_type", None) for c in reversed(cells)) if t is not None]
 
 
+def mixed_types_entered_elsewhere() -> int:
+    """How many mixed-precision types Cells being called on other threads have pushed (MindSpore's
+    stack is one per process), as `mixed_types_entered` counts them."""
+    import sys
+
+    code = getattr(getattr(nn.Cell, "_complex_call", None), "__code__", None)
+    if code is None:
+        return 0
+    me, n = threading.get_ident(), 0
+    for ident, f in sys._current_frames().items():
+        if ident == me:
+            continue
+        while f is not None:
+            if f.f_code is code and getattr(f.f_locals.get("self"), "mixed_precision_type", None) is not None:
+                n += 1
+            f = f.f_back
+    return n
+
+
 class Hooks:
     def __init__(self, recorder, cell_boundaries: str) -> None:
         self.recorder = recorder
@@ -188,8 +207,9 @@ class Hooks:
         def make_mix(orig):
             def mix_hook(executor, mixed_precision_type, is_push=True):
                 out = orig(executor, mixed_precision_type, is_push)
-                if threading.get_ident() == me:
-                    _safe(rec, "mixed precision", rec.mix_event, mixed_precision_type, is_push)
+                # (MindSpore's stack is one per process: other threads' Cells count too)
+                _safe(rec, "mixed precision", rec.mix_event, mixed_precision_type, is_push,
+                      threading.get_ident() != me)
                 return out
             return mix_hook
         self._patch(_PyNativeExecutor, "set_mixed_precision_type", make_mix)

@@ -725,3 +725,46 @@ def test_output_index_after_a_later_use_and_input_arrays_after_a_later_write():
         np.testing.assert_array_equal(got[i_y], [1.0, 3.0, 5.0, 7.0])
     finally:
         ms_dynvm.disable()
+
+
+def test_a_mixed_precision_cell_on_another_thread():
+    """MindSpore's stack of mixed-precision types is one per process: while another thread is
+    inside a to_float(float16) Cell, this thread's legacy Conv2D is computed in float16 too. The
+    recorder cannot know that type: the primitive is an opaque call (never a conv2d on float32
+    registers declared float16: a lifecycle round), and the program verifies."""
+    import threading
+
+    from mindspore import nn
+    from mindspore.ops import operations as P
+
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
+    w = ms.Tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    conv = P.Conv2D(4, 3)
+    inside, leave = threading.Event(), threading.Event()
+
+    class Hold(nn.Cell):
+        def construct(self, a):
+            inside.set()
+            leave.wait(10)
+            return a + 1
+
+    for start_inside in (True, False):  # the other thread entered before / after record() began
+        inside.clear()
+        leave.clear()
+        th = threading.Thread(target=lambda: Hold().to_float(ms.float16)(x))
+        try:
+            if start_inside:
+                th.start()
+                inside.wait(10)
+            with ms_dynvm.record() as rec:
+                if not start_inside:
+                    th.start()
+                    inside.wait(10)
+                y = conv(x, w)
+        finally:
+            leave.set()
+            th.join()
+        assert y.dtype == ms.float16
+        verify_program(rec.program)
+        assert [i.op for i in rec.program.instrs()] == ["call"], start_inside
