@@ -126,26 +126,18 @@ def chain(x):
     return x.sum(-1)
 
 
-def load_ctrace():
-    """profiling/_ctrace.c built with gcc and loaded (the hooks+ctrace configuration)."""
-    import importlib.machinery
-    import importlib.util
-    import tempfile
-
+def load_c(stem: str):
+    """profiling/<stem>.c built with gcc (the recorder's hot-path flags) and loaded as module `stem`."""
     from ms_dynvm.codegen import gcc
     from ms_dynvm.frontend import fastpath
 
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ctrace.c")
-    with open(src) as f:
-        data = gcc.compile_shared(f.read(), fastpath._build_flags())
-    with tempfile.TemporaryDirectory(prefix="dvm-ctrace-") as d:
-        path = os.path.join(d, "_ctrace" + importlib.machinery.EXTENSION_SUFFIXES[0])
-        with open(path, "wb") as f:
-            f.write(data)
-        spec = importlib.util.spec_from_file_location("_ctrace", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    return mod
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), stem + ".c")) as f:
+        return fastpath._load_bytes(gcc.compile_shared(f.read(), fastpath._build_flags()), stem)
+
+
+def load_ctrace():
+    """profiling/_ctrace.c built and loaded (the hooks+ctrace configuration)."""
+    return load_c("_ctrace")
 
 
 def make_cases():

@@ -83,25 +83,10 @@ def main() -> None:
 
 def load_tsc():
     """profiling/_tsc.c built with gcc and loaded, or None (no gcc, not x86-64)."""
-    import importlib.machinery
-    import importlib.util
-    import tempfile
+    import bench_record_overhead as bench
 
-    from ms_dynvm.codegen import gcc
-    from ms_dynvm.frontend import fastpath
-
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_tsc.c")
     try:
-        with open(src) as f:
-            data = gcc.compile_shared(f.read(), fastpath._build_flags())
-        with tempfile.TemporaryDirectory(prefix="dvm-tsc-") as d:
-            path = os.path.join(d, "_tsc" + importlib.machinery.EXTENSION_SUFFIXES[0])
-            with open(path, "wb") as f:
-                f.write(data)
-            spec = importlib.util.spec_from_file_location("_tsc", path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        return mod
+        return bench.load_c("_tsc")
     except Exception as e:  # noqa: BLE001 - a profiling extra
         print(f"(no cycle counts: {type(e).__name__}: {e})")
         return None

@@ -9,7 +9,7 @@
    changed, and the caller runs `Recorder.on_op`, which handles every case. Built at run time by `frontend/fastpath.py` (gcc, cached on disk like kernels); without it
    the Python path runs alone.
 
-   What it reads and writes in the Recorder's __dict__ (its attributes): _plans, epoch, _types, block,
+   What it reads and writes in the Recorder's __dict__ (its attributes): _plans, epoch, _types, _legacy_key, block,
    program, recording, _views_on, _view_keys, _link_all, _link_ops, want_tags, _one_instr, _names, _last_index; it sets last_op and last_tags and
    calls close_block("limit") as on_op does. Of the block (slots): _instrs, _pending, _pattrs; of
    the program: _n. An error raised half-way (a failing MindSpore call) propagates as on_op's
@@ -27,7 +27,6 @@ static Py_ssize_t n_fresh_hits;  /* ops recorded here that made inputs (stats())
 static Py_ssize_t n_multi_hits;  /* ops recorded here from a plan of several instructions (stats()) */
 static PyObject *METRICS_;      /* ms_dynvm.metrics.METRICS */
 static PyObject *KEY_;          /* "ms_dynvm" */
-static PyObject *LEGACY_;       /* recorder._LEGACY */
 static PyObject *MULTI_;        /* recorder._MULTI */
 static PyObject *IS_CONTIG_;    /* TensorPy.is_contiguous */
 static PyObject *s_get, *s_set, *s_plans, *s_epoch, *s_types, *s_block, *s_program, *s_recording,
@@ -880,8 +879,8 @@ static PyObject *hit(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
 }
 
 static PyObject *setup(PyObject *self, PyObject *args) {
-    PyObject *t, *k, *l, *m, *c, *p, *ty, *pk, *ti, *pi, *tf, *pf, *me;
-    if (!PyArg_ParseTuple(args, "OUOOOOO!UO!O!OOO", &t, &k, &l, &m, &c, &p, &PyDict_Type, &ty, &pk,
+    PyObject *t, *k, *m, *c, *p, *ty, *pk, *ti, *pi, *tf, *pf, *me;
+    if (!PyArg_ParseTuple(args, "OUOOOO!UO!O!OOO", &t, &k, &m, &c, &p, &PyDict_Type, &ty, &pk,
                           &PyList_Type, &ti, &PyDict_Type, &pi, &tf, &pf, &me)) return NULL;
     Py_XSETREF(METRICS_, Py_NewRef(me));
     Py_XSETREF(TYPES_, Py_NewRef(ty)); Py_XSETREF(PKEY_, Py_NewRef(pk));
@@ -892,7 +891,6 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     Py_XSETREF(IS_CONTIG_, Py_NewRef(c));
     Py_XSETREF(TensorType_, Py_NewRef(t));
     Py_XSETREF(KEY_, Py_NewRef(k));
-    Py_XSETREF(LEGACY_, Py_NewRef(l));
     Py_XSETREF(MULTI_, Py_NewRef(m));
     ctab_clear();
     Py_RETURN_NONE;
@@ -905,7 +903,7 @@ static PyObject *stats(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
-    {"setup", setup, METH_VARARGS, "setup(Tensor, key, legacy, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input, METRICS)"},
+    {"setup", setup, METH_VARARGS, "setup(Tensor, key, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input, METRICS)"},
     {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs, 'multi_hits': from plans of several instructions, 'key_cache_hits'/'key_cache_misses': plan lookups answered by the C key cache or not}"},
     {NULL, NULL, 0, NULL},
 };

@@ -35,7 +35,6 @@ from time import perf_counter as _perf
 from ms_dynvm.frontend.options import Options
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE, mutated_tensor as _mutated, \
     reads_target as _reads_target, side_effect_inputs as _side_effect_inputs
-from ms_dynvm.frontend import recorder as _recorder_mod
 from ms_dynvm.frontend.recorder import Recorder, Recording, set_c_hot_path
 from ms_dynvm.frontend.sync import Hooks, mixed_types_entered, mixed_types_entered_elsewhere
 from ms_dynvm.cost.model import SizeSwitch
@@ -58,9 +57,6 @@ class DynVMMode(ms.MsDispatchMode):
         # step (StepGate.first_op), which may run bare from this op on.
         self.step_next = False
         self.gate: StepGate | None = None
-        # Recorder.on_op as defined (not replaced, as profiling/ and tests replace it to watch it)
-        # is inlined here: one Python frame less per op.
-        self.direct = Recorder.on_op is _recorder_mod.ON_OP
 
     def __ms_dispatch__(self, func, args, kwargs=None):
         name = func.name
@@ -70,18 +66,13 @@ class DynVMMode(ms.MsDispatchMode):
         t1 = self.tier1
         if not self.serving and (name in _INPLACE or len(args) == 3):  # (serving is off exactly
             self._before_inplace(name, args)  # inside record(); 3 arguments: maybe a legacy primitive)
-        if t1 is None or kwargs or self.recorder._mix is not None:  # (see Recorder.mix_event)
-            if t1 is not None and (t1.run is not None or t1.pending is not None) \
-                    and self.recorder._mix is not None:
+        mix = self.recorder._mix  # (see Recorder.mix_event: tier 1 stays off under a mixed type)
+        if t1 is None or kwargs or mix is not None:
+            if mix is not None and t1 is not None and (t1.run is not None or t1.pending is not None):
                 t1.block_closed("mix")  # (a type another thread pushed: no block end said so)
             out = func(*args, **kwargs) if kwargs else func(*args)
             try:
-                if self.direct:  # Recorder.on_op inline: its C hot path, else its Python path
-                    h = _recorder_mod._hit
-                    if h is None or not h(self.recorder, name, args, out):
-                        self.recorder.on_op_py(name, args, out)
-                else:
-                    self.recorder.on_op(name, args, out)
+                self.recorder.on_op(name, args, out)
             except Exception as e:  # noqa: BLE001 - the user's op already ran; never break the script
                 self.recorder.on_error(name, e)
             return out
@@ -105,12 +96,7 @@ class DynVMMode(ms.MsDispatchMode):
         out = func(*args)
         dt = _perf() - t0
         try:
-            if self.direct:
-                h = _recorder_mod._hit
-                if h is None or not h(self.recorder, name, args, out):
-                    self.recorder.on_op_py(name, args, out)
-            else:
-                self.recorder.on_op(name, args, out)
+            self.recorder.on_op(name, args, out)
             t1.after_op(name, args, out, t0, dt)
         except Exception as e:  # noqa: BLE001
             self.recorder.on_error(name, e)

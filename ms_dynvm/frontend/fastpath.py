@@ -38,13 +38,14 @@ def _build_flags() -> list[str]:
     return _FLAGS + [f"-I{inc}"]
 
 
-def _load_bytes(data: bytes):
+def _load_bytes(data: bytes, name: str = "ms_dynvm.frontend._crecord"):
+    """The extension module `name` from the built shared object `data` (also used by profiling/)."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     fd, path = tempfile.mkstemp(prefix="dvm-crecord-", suffix=suffix)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        spec = importlib.util.spec_from_file_location("ms_dynvm.frontend._crecord", path)
+        spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod

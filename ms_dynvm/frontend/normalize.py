@@ -106,7 +106,7 @@ import numpy as np
 from mindspore._c_expression import TensorPy
 from mindspore.common.tensor import Tensor
 
-from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float, promote
+from ms_dynvm.dtypes import TYPE_ID, from_mindspore_name, is_float, is_int, promote
 
 __all__ = ["Tmp", "Lowering", "META", "INPLACE", "OVERWRITES", "PLANNABLE", "TENSOR_ARGS_IN_ORDER", "normalize", "lower",
            "mutated_tensor", "reads_target", "side_effect_inputs", "covered_names"]
@@ -411,7 +411,7 @@ def _divmod(a, prim):
                 k += 1
             return Lowering(steps + [("trunc", (Tmp(k),), {}), ("cast", (Tmp(k + 1),), {"dtype": dt})],
                             (Tmp(k + 2),))
-        if (len(dts) == 2 and all(d in _FLOAT_DTYPES for d in dts) and dts[0] != dts[1]
+        if (len(dts) == 2 and all(is_float(d) for d in dts) and dts[0] != dts[1]
                 and (x.ndim == 0) != (y.ndim == 0)):
             # A 0-d float tensor against a tensor of another float type: DivMod types it like a
             # scalar (f16[n] // f32[] -> f16, as mul/div do) and truncates the quotient rounded to
@@ -419,10 +419,6 @@ def _divmod(a, prim):
             # TruncateDiv instead promotes to f32): div, then trunc.
             return Lowering([("div", (x, y), {}), ("trunc", (Tmp(0),), {})], _OUT_LAST2)
     return (op, (x, y), {})
-
-
-_FLOAT_DTYPES = frozenset({"f16", "f32", "f64", "bf16"})
-_INT_DTYPES = frozenset({"i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"})
 
 
 def _tensors_dtype(dts: list) -> str:
@@ -562,7 +558,7 @@ def _selu(a, prim):
     # selu(x) = scale * elu(x, alpha); MindSpore's integer SeLU is not that (int32 [-3, -1] gives
     # [0, 0], the float formula truncated gives [-1, -1]): opaque
     (x,) = a
-    if _vm_dtype(_t(x)) not in ("f16", "bf16", "f32", "f64"):
+    if not is_float(_vm_dtype(_t(x))):
         raise _Unsupported
     return Lowering([("elu", (_t(x),), {"alpha": 1.6732632423543772}),
                      ("mul", (Tmp(0), 1.0507009873554805), {})], _OUT_LAST2)
@@ -642,7 +638,7 @@ def _legacy_sum_dtype(x):
     """The `dtype` attribute of a legacy ReduceSum/ReduceProd: it keeps a bool or integer input's
     dtype (measured: int8 ... int64, uint8, bool), where the VM's sum/prod default to i64."""
     dt = _vm_dtype(_t(x))
-    return dt if dt == "bool" or dt in _INT_DTYPES else None
+    return dt if dt == "bool" or is_int(dt) else None
 
 
 @_in_order

@@ -84,6 +84,7 @@ from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Input, Program
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import TensorType
+from ms_dynvm.dtypes import is_float
 from ms_dynvm.frontend import normalize as _norm
 from ms_dynvm.metrics import METRICS
 
@@ -132,7 +133,7 @@ def set_c_hot_path(on: bool) -> bool:
 
         mod = fastpath.load()
         if mod is not None:
-            mod.setup(Tensor, _KEY, _LEGACY, _MULTI, _is_contiguous, _PTYPES, _TYPES, _PKEY, _TENSOR_INPUTS,
+            mod.setup(Tensor, _KEY, _MULTI, _is_contiguous, _PTYPES, _TYPES, _PKEY, _TENSOR_INPUTS,
                       _PARAM_INPUTS, _tensor_input, _param_input, METRICS)
             _hit = mod.hit
     return _hit is not None
@@ -346,7 +347,6 @@ _LEGACY = ("legacy",)  # key part: arguments of a legacy primitive (prim, name, 
 # lowering differs (`_mix_casts`) and so must its plan.
 _LEGACY_MIX = {dt: ("legacy", dt) for dt in ("f16", "f32", "bf16", "?")}  # "?": another thread's
 _MIX_TYPES = {"FP16": "f16", "FP32": "f32", "BF16": "bf16"}  # MixedPrecisionType names; NOTSET: none
-_MIX_FLOATS = frozenset({"f16", "f32", "f64", "bf16"})
 
 
 def _mix_casts(low, mix: str, name: str, args: tuple):
@@ -357,19 +357,19 @@ def _mix_casts(low, mix: str, name: str, args: tuple):
     side-effect primitive (MindSpore leaves the Parameters it writes uncast), a tensor inside a
     sequence operand, or a lowering with casts of its own to another type (chosen from the dtypes
     before MindSpore's cast)."""
+    if mix == "?":  # a type another thread pushed (`Recorder.mix_event`): not known here
+        return None
     instrs = [low] if type(low) is tuple else list(low.instrs)
-    outputs = _norm._OUT1 if type(low) is tuple else low.outputs
+    outputs = _OUT1 if type(low) is tuple else low.outputs
     casts = {}  # id(tensor) -> (tensor, its index among the casts)
     for _, operands, _ in instrs:
         for a in operands:
             if isinstance(a, Tensor):
                 dt = _vm_dtype(a.dtype)
-                if id(a) not in casts and dt in _MIX_FLOATS and dt != mix:
+                if id(a) not in casts and is_float(dt) and dt != mix:
                     casts[id(a)] = (a, len(casts))
             elif type(a) in (tuple, list) and any(isinstance(e, Tensor) for e in a):
                 return None
-    if mix == "?":  # a type another thread pushed (`Recorder.mix_event`): not known here
-        return None
     if not casts:
         return low
     if name in _INPLACE or _side_effect_inputs(name, args) or any(
@@ -581,16 +581,14 @@ class Recording:
         self.outputs: list = []
         self.errors: list = []  # recorder failures inside the scope ("name: error")
         self.warnings: list = []  # writes to inputs inside the scope (see the class doc)
-        self._snaps: dict = {}  # input index -> its value (NumPy copy) from before a write
+        self._snaps: dict = {}  # input index -> its value (NumPy copy) when the program first read it
         self._epoch = None
 
     def input_arrays(self) -> list:
-        """The inputs' values as the program read them (NumPy arrays, for `interpret`): the copy
-        taken when the program first read each input (since session 13; the tensor's value now for
-        one that has none). Each call gives new arrays of their own: `asnumpy()` shares a CPU
-        tensor's memory, so arrays taken from it would change as the script goes on writing the
-        tensor (an optimizer step)."""
-        return [(self._snaps[k] if k in self._snaps else t.asnumpy()).copy() for k, t in enumerate(self.inputs)]
+        """The inputs' values as the program read them (NumPy arrays, for `interpret`): the copies
+        taken when the program first read each input (`Recorder._input_tag`), new arrays at each
+        call (the script may write into them)."""
+        return [self._snaps[k].copy() for k in range(len(self.inputs))]
 
     def _warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -811,14 +809,12 @@ class Recorder:
 
     def before_graph_call(self) -> None:
         """In a recording, a graph-mode call (an `nn` optimizer's step, an `@ms.jit` function) is
-        about to run: it may write any input in place. Every input's value is copied now; after the
-        call (`after_graph_call`) later uses of them become new inputs."""
+        about to run: it may write any input in place. Every input's value as read is copied
+        already (`_input_tag`); after the call (`after_graph_call`) later uses of them become new
+        inputs."""
         rec = self.recording
         if rec is None or not rec.inputs:
             return
-        for k, t in enumerate(rec.inputs):
-            if k not in rec._snaps:
-                rec._snaps[k] = _snapshot(t)
         rec._warn("a graph-mode call (an nn optimizer's step or an @ms.jit function) ran inside the "
                   "scope: inputs read before it are in input_arrays() as they were")
 
@@ -846,9 +842,7 @@ class Recorder:
                 return
             tag = self._input_tag(tensor, tag)
         for k, inp in enumerate(self.program.inputs):
-            if inp.reg == tag[1]:
-                if k not in rec._snaps:
-                    rec._snaps[k] = _snapshot(tensor)
+            if inp.reg == tag[1]:  # (its value as read is in rec._snaps: `_input_tag` copied it)
                 rec._warn("an input tensor was written in place inside the scope: rec.inputs holds "
                           "its new value, input_arrays() the one the program read")
                 return
@@ -998,14 +992,9 @@ class Recorder:
 
     def on_op(self, name: str, args: tuple, out) -> None:
         """Called after the op ran eagerly with `out` as its result; sets `last_op` and `last_tags`
-        (see the class doc). (The dispatcher calls the C hot path itself, then `on_op_py` where
-        that declines: one Python frame less per op; see DynVMMode.)"""
+        (see the class doc)."""
         if _hit is not None and _hit(self, name, args, out):
             return  # recorded by the C hot path (frontend/fastpath.py): the plan-cache branch below
-        self.on_op_py(name, args, out)
-
-    def on_op_py(self, name: str, args: tuple, out) -> None:
-        """`on_op` without the C hot path (for an op it declined, or with it off)."""
         # Every return path sets last_op and last_tags (after an exception, dispatch calls on_error,
         # which clears them).
         self._names.append(name)
@@ -1477,7 +1466,3 @@ class Recorder:
         self._new_program()
         return rec
 
-
-# `Recorder.on_op` as defined here: while the class still has it (profiling/ and tests replace it to
-# watch every op), the dispatcher inlines it (DynVMMode.direct).
-ON_OP = Recorder.on_op

@@ -28,6 +28,7 @@ script: a failure there is counted in `record_errors` (`_safe`), and the user's 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 
 from mindspore import Parameter, Tensor, nn
@@ -64,43 +65,32 @@ def _safe(rec, where: str, fn, *args) -> None:
             pass
 
 
-def mixed_types_entered():
-    """The mixed-precision types MindSpore has pushed for the Cells being called right now, outermost
-    first: one per frame of `nn.Cell._complex_call` on the Python stack whose Cell has a type (its
-    `_call_pre_process` pushed it before `construct`). MindSpore has no getter for its stack; this
-    lets an `enable()` made inside such a Cell start from it. (A type left pushed by a Cell whose
-    construct raised, which MindSpore never pops, is not seen.)"""
-    import sys
-
+def _mixed_cells(frame):
+    """The Cells with a mixed-precision type whose `_complex_call` is running in `frame` or the
+    frames below it, innermost first (each one's `_call_pre_process` pushed its type onto
+    MindSpore's stack before `construct`)."""
     code = getattr(getattr(nn.Cell, "_complex_call", None), "__code__", None)
-    if code is None:
-        return []
-    cells = []
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code is code:
-            cells.append(f.f_locals.get("self"))
-        f = f.f_back
-    return [t for t in (getattr(c, "mixed_precision_type", None) for c in reversed(cells)) if t is not None]
+    while code is not None and frame is not None:
+        if frame.f_code is code:
+            cell = frame.f_locals.get("self")
+            if getattr(cell, "mixed_precision_type", None) is not None:
+                yield cell
+        frame = frame.f_back
+
+
+def mixed_types_entered() -> list:
+    """The mixed-precision types MindSpore has pushed for the Cells this thread is calling right
+    now, outermost first. MindSpore has no getter for its stack; this lets an `enable()` made inside
+    such a Cell start from it. (A type left pushed by a Cell whose construct raised, which
+    MindSpore never pops, is not seen.)"""
+    return [c.mixed_precision_type for c in reversed(list(_mixed_cells(sys._getframe(1))))]
 
 
 def mixed_types_entered_elsewhere() -> int:
     """How many mixed-precision types Cells being called on other threads have pushed (MindSpore's
-    stack is one per process), as `mixed_types_entered` counts them."""
-    import sys
-
-    code = getattr(getattr(nn.Cell, "_complex_call", None), "__code__", None)
-    if code is None:
-        return 0
-    me, n = threading.get_ident(), 0
-    for ident, f in sys._current_frames().items():
-        if ident == me:
-            continue
-        while f is not None:
-            if f.f_code is code and getattr(f.f_locals.get("self"), "mixed_precision_type", None) is not None:
-                n += 1
-            f = f.f_back
-    return n
+    stack is one per process), as `mixed_types_entered` finds them."""
+    me = threading.get_ident()
+    return sum(len(list(_mixed_cells(f))) for ident, f in sys._current_frames().items() if ident != me)
 
 
 class Hooks:

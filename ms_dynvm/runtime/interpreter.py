@@ -355,27 +355,34 @@ def _silu_ms(x):
         return (x * _sigmoid_ms(x)).astype(_F32)
 
 
-_LIBM_ERFF = None
+_LIBM: dict = {}  # name -> the C library's float function as a NumPy ufunc, or None
 
 
-def _erff_libm(x: np.ndarray) -> np.ndarray:
-    """The C library's erff, element by element (MindSpore CPU's float32 Erf: bit-equal on 20,000
-    values, where erf in double rounded once was 1 ulp off on 4%); where libm cannot be loaded,
-    erf in double rounded to float32."""
-    global _LIBM_ERFF
-    if _LIBM_ERFF is None:
+def _libm_f32(name: str, x: np.ndarray, fallback) -> np.ndarray:
+    """The C library's float32 function `name` (expf, erff) applied element by element, as
+    MindSpore's kernels call it; where it cannot be loaded, `fallback(x in float64)` rounded to
+    float32."""
+    if name not in _LIBM:
         try:
             import ctypes
             import ctypes.util
 
-            fn = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6").erff
+            fn = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), name)
             fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
-            _LIBM_ERFF = np.frompyfunc(fn, 1, 1)
+            _LIBM[name] = np.frompyfunc(fn, 1, 1)
         except (OSError, AttributeError):
-            _LIBM_ERFF = False
-    if _LIBM_ERFF is False or x.size == 0:
-        return _erf(x.astype(F64)).astype(_F32)
-    return np.asarray(_LIBM_ERFF(x), dtype=_F32).reshape(x.shape)
+            _LIBM[name] = None
+    f = _LIBM[name]
+    if f is None or x.size == 0:
+        with np.errstate(all="ignore"):
+            return fallback(x.astype(F64)).astype(_F32)
+    return np.asarray(f(x), dtype=_F32).reshape(x.shape)
+
+
+def _erff_libm(x: np.ndarray) -> np.ndarray:
+    """MindSpore CPU's float32 Erf: the C library's erff (bit-equal on 20,000 values, where erf in
+    double rounded once was 1 ulp off on 4%)."""
+    return _libm_f32("erff", x, _erf)
 
 
 # op -> f(float32 x, attrs), as _FLOAT_FNS
@@ -944,28 +951,10 @@ def _softmax_axis(axis, rank: int) -> int:
     return _norm_axis(axis, rank)
 
 
-_LIBM_EXPF = None
-
-
 def _expf_libm(d: np.ndarray) -> np.ndarray:
-    """The C library's expf, element by element (what MindSpore CPU's softmax along a non-last axis
-    calls); where it cannot be loaded, exp in float64 rounded to float32 (differs from glibc's in
-    about 0.1% of inputs, by 1 ulp)."""
-    global _LIBM_EXPF
-    if _LIBM_EXPF is None:
-        try:
-            import ctypes
-            import ctypes.util
-
-            fn = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6").expf
-            fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
-            _LIBM_EXPF = np.frompyfunc(fn, 1, 1)
-        except (OSError, AttributeError):
-            _LIBM_EXPF = False
-    if _LIBM_EXPF is False:
-        with np.errstate(all="ignore"):
-            return np.exp(d.astype(F64)).astype(_F32)
-    return np.asarray(_LIBM_EXPF(d), dtype=_F32).reshape(d.shape)
+    """The C library's expf (what MindSpore CPU's softmax along a non-last axis calls); without it,
+    exp in float64 rounded to float32 (differs from glibc's in about 0.1% of inputs, by 1 ulp)."""
+    return _libm_f32("expf", d, np.exp)
 
 
 def _softmax_f32_ms(x: np.ndarray, axis: int) -> np.ndarray:
