@@ -11,6 +11,16 @@ dispatcher) in time-stamp-counter cycles per call, through a C shim (`_tsc.c`) t
 frame or timer call: far less noisy than the timers above (median over rounds of the mean per call;
 the shim's own cost, about 100 cycles, included), and the share of ops it recorded.
 
+Then the C hot path by stage: `_crecord.c` built again with -DDVM_STAGES (time-stamp counter reads
+between its stages, summed per stage), each op's hit timed where it runs (in place: "cold", right
+after the MindSpore op, as in a real loop) and then called a second time at once on the same
+arguments ("warm": the same work with the caches holding what the first call touched; it records the
+op a second time, so only the timing of this pass means anything). The stage "argument tags, key"
+is mostly MindSpore's `_get_user_data` on each tensor argument, "result tag" its `_set_user_data`:
+the tensor identity every exact recorder pays for in MindSpore 2.10 (see bench_record_overhead.py);
+the rest is the recorder's own work. Medians over the hits (a garbage collection that happens to run
+inside one stage moves the means, not the medians), and their sum.
+
     python profiling/breakdown_record.py [--calls 20]
 """
 
@@ -79,6 +89,7 @@ def main() -> None:
         for name, orig in origs.items():
             setattr(rec_mod.Recorder, name, orig)
     hit_cycles(cases, args.calls)
+    stage_cycles(cases, args.calls)
 
 
 def load_tsc():
@@ -142,6 +153,74 @@ def hit_cycles(cases, calls: int, rounds: int = 5) -> None:
     for wname, v in per.items():
         m = statistics.median(v)
         print(f"{wname:16s} {m:12.0f} {m / ghz / 1e3:8.2f} {hits[wname]:13.0%}")
+
+
+def stage_cycles(cases, calls: int) -> None:
+    """The C hot path's cycles by stage, cold (in place) and warm (called again at once); see the
+    module doc."""
+    import statistics
+
+    import ms_dynvm
+    from ms_dynvm.codegen import gcc
+    from ms_dynvm.frontend import fastpath
+    from ms_dynvm.frontend import recorder as rec_mod
+
+    try:
+        with open(fastpath._SOURCE) as f:
+            staged = fastpath._load_bytes(gcc.compile_shared(f.read(), fastpath._build_flags() + ["-DDVM_STAGES"]),
+                                          "_crecord")
+    except Exception as e:  # noqa: BLE001 - a profiling extra
+        print(f"(no stage counts: {type(e).__name__}: {e})")
+        return
+    saved = fastpath._state.get("module")
+    fastpath._state["module"] = staged
+    rows = {}
+    try:
+        for wname, (fn, inp) in cases.items():
+            ms_dynvm.enable(jit=False)
+            try:
+                rec_mod.set_c_hot_path(True)
+                hit = rec_mod._hit
+                if hit is not staged.hit:
+                    print("(the staged hot path did not load: no stage counts)")
+                    return
+                cold, warm = [], []
+
+                def twice(*a):
+                    staged.stages()
+                    r = hit(*a)
+                    c = staged.stages()
+                    if r is True:
+                        hit(*a)
+                        cold.append(c)
+                        warm.append(staged.stages())
+                    return r
+
+                for _ in range(3):
+                    fn(*inp)
+                rec_mod._hit = twice
+                for _ in range(calls):
+                    fn(*inp)
+                rows[wname] = (cold, warm)
+            finally:
+                ms_dynvm.disable()
+    finally:
+        fastpath._state["module"] = saved
+        rec_mod.set_c_hot_path(True)
+    names = [k for k in next(iter(rows.values()))[0][0]]
+    print(f"\nC hot path by stage (time stamp counter cycles per hit, medians; cold: in place | warm: "
+          f"the same call again at once; {calls} calls of each workload)")
+    print(f"{'stage':24s}" + "".join(f"{w:>18s}" for w in rows))
+    med = statistics.median
+    for k in names + ["sum of the stages"]:
+        cells = []
+        for cold, warm in rows.values():
+            if k == "sum of the stages":
+                c, w = med(sum(x.values()) for x in cold), med(sum(x.values()) for x in warm)
+            else:
+                c, w = med(x[k] for x in cold), med(x[k] for x in warm)
+            cells.append(f"{c:8.0f} |{w:7.0f}")
+        print(f"{k:24s}" + "".join(f"{c:>18s}" for c in cells))
 
 
 if __name__ == "__main__":

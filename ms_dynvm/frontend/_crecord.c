@@ -18,6 +18,23 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Built with -DDVM_STAGES (profiling/breakdown_record.py only; the recorder never is): time-stamp
+   counter cycles spent in each stage of `hit`, summed until stages() reads and resets them (the
+   names: STAGE_NAMES). Otherwise STAGE() is nothing. x86-64 only. */
+#ifdef DVM_STAGES
+#include <x86intrin.h>
+#define N_STAGES 12
+static const char *STAGE_NAMES[N_STAGES] = {
+    "", "recorder state", "argument tags, key", "plan lookup", "inputs made", "block",
+    "register, type", "instruction", "result tag", "last_op, counters", "cleanup", "multi-instruction plan"};
+static unsigned long long stage_cycles[N_STAGES], stage_t;
+#define STAGE_START() (stage_t = __rdtsc())
+#define STAGE(k) do { unsigned long long now_ = __rdtsc(); stage_cycles[k] += now_ - stage_t; stage_t = now_; } while (0)
+#else
+#define STAGE_START() ((void)0)
+#define STAGE(k) ((void)0)
+#endif
+
 static PyObject *TensorType_;   /* mindspore.Tensor */
 static PyObject *ParamTypes_;   /* recorder._PTYPES: the Parameter classes met (keyed as tensors) */
 static PyObject *TYPES_;        /* recorder._TYPES: (id(dtype), shape, contiguous) -> TensorType */
@@ -655,6 +672,7 @@ out:
 }
 
 static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *args, PyObject *out) {
+    STAGE_START();
     if (!PyDict_CheckExact(d) || !PyTuple_CheckExact(args)) Py_RETURN_FALSE;
     if (TensorType_ == NULL) Py_RETURN_FALSE;
     int out_tensor = (PyObject *)Py_TYPE(out) == TensorType_;
@@ -668,6 +686,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
     PyObject *epoch = PyDict_GetItemWithError(d, s_epoch);
     PyObject *types = PyDict_GetItemWithError(d, s_types);
     if (epoch == NULL || types == NULL || !PyDict_CheckExact(types)) goto miss_or_err;
+    STAGE(1);
 
     PyObject *src = args;
     Words kw;
@@ -702,6 +721,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         if (rc < 0) goto done;
         if (rc > 0) { result = Py_False; Py_INCREF(result); goto done; }
     }
+    STAGE(2);
     plan = ctab_get(plans, &kw);
     if (plan == NULL) {  /* the Python key */
         parts = PyList_New(0);
@@ -719,11 +739,13 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         }
         ctab_put(plans, &kw, plan);
     }
+    STAGE(3);
     {
         Py_INCREF(plan);
         if (PyTuple_CheckExact(plan) && PyTuple_GET_SIZE(plan) == 5 && PyTuple_GET_ITEM(plan, 0) == MULTI_) {
             /* several instructions or results */
             int rc = run_multi(rec, d, name, src, out, plan, epoch, types, pregs, np, fresh, nf);
+            STAGE(11);
             if (rc < 0) goto done;
             result = rc ? Py_True : Py_False; Py_INCREF(result); goto done;
         }
@@ -746,6 +768,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             if (rc < 0) goto done;
             if (rc > 0) { result = Py_False; Py_INCREF(result); goto done; }
         }
+        STAGE(4);
         PyObject *block = open_block(rec, d);  /* the op will be recorded: its block */
         if (block == NULL) goto done;
         PyObject *pending = PyObject_GetAttr(block, s_pending);
@@ -760,6 +783,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             result = Py_False; Py_INCREF(result); goto cleanup;  /* nothing changed yet */
         }
         Py_ssize_t start = PyList_GET_SIZE(instrs) + PyList_GET_SIZE(pending);
+        STAGE(5);
         if (is_view) {  /* ty = rty[_is_contiguous(out)] */
             PyObject *c = PyObject_CallOneArg(IS_CONTIG_, out);
             if (c == NULL) goto fail;
@@ -771,6 +795,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         }
         n1 = PyNumber_Add(rn, ONE);
         if (n1 == NULL || PyDict_SetItem(types, rn, ty) < 0 || PyObject_SetAttr(prog, s_n, n1) < 0) goto fail;
+        STAGE(6);
         if (fill == Py_None) {
             regs = PyTuple_New(np);
             if (regs == NULL) goto fail;
@@ -788,11 +813,13 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
         if (raw == NULL || PyList_Append(pending, raw) < 0 || PyList_Append(pattrs, attrs) < 0) goto fail;
         otag = PyTuple_Pack(2, epoch, rn);
         if (otag == NULL) goto fail;
+        STAGE(7);
         {
             PyObject *a[3] = {out, KEY_, otag};
             sv = PyObject_VectorcallMethod(s_set, a, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             if (sv == NULL) goto fail;
         }
+        STAGE(8);
         PyObject *von = is_view ? PyDict_GetItemWithError(d, s_views_on) : NULL;
         int track = von ? PyObject_IsTrue(von) : 0;
         if (track < 0 || (is_view && von == NULL && PyErr_Occurred())) goto fail;
@@ -848,6 +875,7 @@ static PyObject *hit_in(PyObject *rec, PyObject *d, PyObject *name, PyObject *ar
             }
         }
         result = Py_True; Py_INCREF(result);
+        STAGE(9);
         goto cleanup;
     fail:
         /* An error (always with an exception set): the dispatcher counts it as a recorder error,
@@ -863,6 +891,7 @@ done:
     for (Py_ssize_t i = 0; i < nf; i++) { Py_DECREF(fresh[i].ty); Py_DECREF(fresh[i].old); }
     Py_XDECREF(plan);
     Py_XDECREF(parts);
+    STAGE(10);
     return result;
 miss_or_err:
     if (PyErr_Occurred()) return NULL;
@@ -901,7 +930,24 @@ static PyObject *stats(PyObject *self, PyObject *unused) {
                          "key_cache_hits", n_ctab_hits, "key_cache_misses", n_ctab_misses);
 }
 
+#ifdef DVM_STAGES
+/* {stage name: cycles} summed since the last call, then reset. */
+static PyObject *stages(PyObject *self, PyObject *unused) {
+    PyObject *r = PyDict_New();
+    for (int i = 1; r != NULL && i < N_STAGES; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(stage_cycles[i]);
+        if (v == NULL || PyDict_SetItemString(r, STAGE_NAMES[i], v) < 0) Py_CLEAR(r);
+        Py_XDECREF(v);
+        stage_cycles[i] = 0;
+    }
+    return r;
+}
+#endif
+
 static PyMethodDef methods[] = {
+#ifdef DVM_STAGES
+    {"stages", stages, METH_NOARGS, "{stage: cycles} of hit since the last call (built with -DDVM_STAGES)"},
+#endif
     {"hit", (PyCFunction)(void (*)(void))hit, METH_FASTCALL, "the plan-cache branch of Recorder.on_op"},
     {"setup", setup, METH_VARARGS, "setup(Tensor, key, multi, is_contiguous, parameter classes, _TYPES, param key, _TENSOR_INPUTS, _PARAM_INPUTS, _tensor_input, _param_input, METRICS)"},
     {"stats", stats, METH_NOARGS, "{'fresh_hits': ops recorded here that made inputs, 'multi_hits': from plans of several instructions, 'key_cache_hits'/'key_cache_misses': plan lookups answered by the C key cache or not}"},

@@ -295,3 +295,22 @@ def test_mixed_precision_plans_are_apart(monkeypatch):
     assert c == py and len(c) == 8
     assert sum(hits) >= 12  # the C path recorded most ops of the last calls
     assert [("cast(" in t) for t in c] == [False, True] * 4
+
+
+def test_staged_build_records_the_same_blocks_and_counts_stages(monkeypatch):
+    """profiling/breakdown_record.py's build of the hot path (-DDVM_STAGES: cycle counts by stage)
+    records exactly what the normal build records, and its counts add up over the stages it ran."""
+    c, _ = _blocks("mlp", True, monkeypatch)
+    with open(fastpath._SOURCE) as f:
+        staged = fastpath._load_bytes(gcc.compile_shared(f.read(), fastpath._build_flags() + ["-DDVM_STAGES"]),
+                                      "_crecord")
+    saved = fastpath._state.get("module")
+    monkeypatch.setitem(fastpath._state, "module", staged)
+    staged.stages()
+    s, counted = _blocks("mlp", True, monkeypatch)
+    st = staged.stages()
+    monkeypatch.setitem(fastpath._state, "module", saved)
+    assert [t for _, t in s] == [t for _, t in c] and sum(counted) > 0
+    assert not hasattr(saved, "stages")  # the recorder's own build counts nothing
+    for k in ("argument tags, key", "result tag", "block", "instruction", "cleanup"):
+        assert st[k] > 0, (k, st)
