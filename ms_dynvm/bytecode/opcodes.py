@@ -163,6 +163,14 @@ _op("tensor_scatter_add", Group.COPY, 3, doc="(x, idx[...,k], updates) like gath
 _op("tensor_scatter_update", Group.COPY, 3, doc="(x, idx[...,k], updates), writing")
 _op("unsorted_segment_sum", Group.COPY, 2, {"num_segments": REQUIRED},
     doc="(x, segment_ids): out[s] = sum of x[i] with ids[i]==s; ids out of range dropped")
+_op("unsorted_segment_max", Group.COPY, 2, {"num_segments": REQUIRED},
+    doc="(x, segment_ids): out[s] = the first of the largest x[i] with ids[i]==s, NaN skipped, at least the "
+        "dtype's lowest finite value (an empty segment's value); ids in [0, num_segments)")
+_op("unsorted_segment_min", Group.COPY, 2, {"num_segments": REQUIRED},
+    doc="(x, segment_ids): as unsorted_segment_max with the smallest, at most the dtype's largest finite value")
+_op("unsorted_segment_prod", Group.COPY, 2, {"num_segments": REQUIRED},
+    doc="(x, segment_ids): out[s] = product of x[i] with ids[i]==s in index order, 1 for an empty segment; "
+        "ids in [0, num_segments)")
 _op("one_hot", Group.COPY, 3, {"depth": REQUIRED, "axis": -1},
     doc="one_hot(indices, on_value, off_value)")
 _op("flip", Group.COPY, 1, {"axis": REQUIRED})

@@ -1118,10 +1118,15 @@ def _tensor_scatter_elements(a, prim):
     return ("scatter_add", (_t(x), _t(idx), _t(upd)), {"dim": _int(axis)})
 
 
-@_in_order
-def _unsorted_segment_sum(a, prim):
-    x, ids, num = a
-    return ("unsorted_segment_sum", (_t(x), _t(ids)), {"num_segments": _int(num)})
+def _unsorted_segment(op: str):
+    @_in_order
+    def handler(a, prim):
+        x, ids, num = a
+        return (op, (_t(x), _t(ids)), {"num_segments": _int(num)})
+    return handler
+
+
+_unsorted_segment_sum = _unsorted_segment("unsorted_segment_sum")
 
 
 @_in_order
@@ -1587,6 +1592,9 @@ _reg("TensorScatterUpdate", _scatter_nd("tensor_scatter_update"))
 _reg("ScatterAddExt", _scatter_add_ext)
 _reg("TensorScatterElements", _tensor_scatter_elements)
 _reg("UnsortedSegmentSum", _unsorted_segment_sum)
+_reg("UnsortedSegmentMax", _unsorted_segment("unsorted_segment_max"))
+_reg("UnsortedSegmentMin", _unsorted_segment("unsorted_segment_min"))
+_reg("UnsortedSegmentProd", _unsorted_segment("unsorted_segment_prod"))
 _reg("OneHot OneHotExt", _one_hot)
 
 _reg("MatMul BatchMatMul", _matmul_flags)

@@ -798,15 +798,17 @@ def _tensor_scatter(op, args, attrs):
     return [_tt(x.dtype, x.shape)]
 
 
-@_rule("unsorted_segment_sum")
-def _unsorted_segment_sum(op, args, attrs):
+@_rule("unsorted_segment_sum", "unsorted_segment_max", "unsorted_segment_min", "unsorted_segment_prod")
+def _unsorted_segment(op, args, attrs):
     x, ids = _tensor(op, args[0]), _tensor(op, args[1], "segment_ids")
     _int_dtype(op, ids, "segment_ids")
     if ids.rank > x.rank or x.shape[:ids.rank] != ids.shape:
-        raise ShapeError(f"unsorted_segment_sum: ids {_fmt(ids.shape)} must prefix x {_fmt(x.shape)}")
+        raise ShapeError(f"{op}: ids {_fmt(ids.shape)} must prefix x {_fmt(x.shape)}")
+    if op != "unsorted_segment_sum" and x.dtype in ("bool", "bf16"):
+        raise ShapeError(f"{op}: {x.dtype} x is not supported (nor by MindSpore CPU)")
     n = attrs["num_segments"]
     if n < 0:
-        raise ShapeError(f"unsorted_segment_sum: negative num_segments {n}")
+        raise ShapeError(f"{op}: negative num_segments {n}")
     return [_tt(x.dtype, (n,) + x.shape[ids.rank:])]
 
 

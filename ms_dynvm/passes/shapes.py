@@ -45,6 +45,9 @@ _SIZE_ATTRS = {
     "gather_d_grad": ("shape",),
     "one_hot": ("depth",),
     "unsorted_segment_sum": ("num_segments",),
+    "unsorted_segment_max": ("num_segments",),
+    "unsorted_segment_min": ("num_segments",),
+    "unsorted_segment_prod": ("num_segments",),
 }
 
 

@@ -59,8 +59,14 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
   MindSpore's CPU casts; float -> bool is `x != 0` (NaN -> True).
 - gather/index_select/gather_d/scatter_add/gather_d_grad accept indices in [-n, n); gather_nd and
   tensor_scatter_* accept [0, n); anything else raises InterpreterError (MindSpore raises too).
-  unsorted_segment_sum drops ids outside [0, num_segments). tensor_scatter_update: the last
-  duplicate wins (MindSpore CPU's order).
+  unsorted_segment_sum drops ids outside [0, num_segments); unsorted_segment_max/min/prod raise
+  on them (MindSpore CPU raises). tensor_scatter_update: the last duplicate wins (MindSpore CPU's
+  order).
+- unsorted_segment_max/min are MindSpore CPU's loop: per segment, starting from the dtype's lowest
+  (max) or largest (min) finite value, x[i] replaces the value when strictly greater (smaller), in
+  index order: NaN never wins, -inf (+inf) gives the lowest (largest) finite value, an empty segment
+  keeps it, and of 0.0 and -0.0 the first one seen stays. unsorted_segment_prod multiplies in index
+  order in the dtype (1 for an empty segment).
 - layer_norm returns (y, mean, var): the third output is the biased variance WITHOUT eps, as
   MindSpore's LayerNorm primitive on CPU (eps only enters y = (x-mean)/sqrt(var+eps)*gamma+beta).
 - gelu_grad 'tanh' is MindSpore's GeLUGrad (the GeLU primitive is the tanh form); 'none' is the
@@ -1252,6 +1258,46 @@ def _unsorted_segment_sum(args, attrs):
     valid = (ids >= 0) & (ids < n)
     np.add.at(out, ids[valid].astype(np.int64), x[valid])
     return out
+
+
+def _segment_ids(op: str, x, ids, n: int):
+    """x as (rows, columns) and the flat ids, checked to lie in [0, n)."""
+    flat = ids.reshape(-1).astype(np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= n):
+        raise InterpreterError(f"{op}: segment ids must lie in [0, {n})")
+    return x.reshape((flat.size, math.prod(x.shape[ids.ndim:]))), flat
+
+
+@_impl("unsorted_segment_max", "unsorted_segment_min")
+def _unsorted_segment_extreme(op, args, attrs):
+    x, ids = args
+    n = attrs["num_segments"]
+    rows, flat = _segment_ids(op, x, ids, n)
+    is_max = op == "unsorted_segment_max"
+    floating = np.issubdtype(x.dtype, np.floating)
+    info = np.finfo(x.dtype) if floating else np.iinfo(x.dtype)
+    init = info.min if is_max else info.max
+    out = np.full((n, rows.shape[1]), init, x.dtype)
+    if rows.size:
+        (np.maximum if is_max else np.minimum).at(out, flat, np.where(np.isnan(rows), init, rows) if floating else rows)
+        zero = out == 0
+        if floating and zero.any():
+            # x[i] replaces the value only when strictly beyond it: of 0.0 and -0.0, the first seen
+            first = np.full(out.shape, flat.size, np.int64)
+            order = np.broadcast_to(np.arange(flat.size)[:, None], rows.shape)
+            np.minimum.at(first, flat, np.where(rows == 0, order, flat.size))
+            out[zero] = rows[first[zero], np.nonzero(zero)[1]]
+    return out.reshape((n,) + x.shape[ids.ndim:])
+
+
+@_impl("unsorted_segment_prod")
+def _unsorted_segment_prod(args, attrs):
+    x, ids = args
+    n = attrs["num_segments"]
+    rows, flat = _segment_ids("unsorted_segment_prod", x, ids, n)
+    out = np.ones((n, rows.shape[1]), x.dtype)
+    np.multiply.at(out, flat, rows)  # sequential, in index order, in x's dtype (bit-equal, measured)
+    return out.reshape((n,) + x.shape[ids.ndim:])
 
 
 @_impl("one_hot")

@@ -770,6 +770,36 @@ def _g_segment_sum(g: Gen, op: str):
     return [g.arr(dt, shape, special=False), ids], {"num_segments": n}
 
 
+@spec("unsorted_segment_max", "unsorted_segment_min", "unsorted_segment_prod", ms={
+    op: (lambda fn: lambda m, args, attrs: getattr(m.ops, fn)(args[0], args[1], attrs["num_segments"]))(op)
+    for op in ("unsorted_segment_max", "unsorted_segment_min", "unsorted_segment_prod")})
+def _g_segment_extreme(g: Gen, op: str):
+    shape = g.shape(min_dims=1, min_side=1 if g.ms else 0)  # (MindSpore CPU fails on an empty x)
+    k = g.int(1, len(shape))
+    n = g.int(1, 4)
+    ids = g.arr(g.pick(("i32", "i64")), shape[:k], lo=0, hi=n - 1)
+    dt = g.pick(("f32", "f16", "f64", "i32", "i64", "i8", "u8"))
+    return [g.arr(dt, shape), ids], {"num_segments": n}
+
+
+def test_segment_max_min_follow_mindspore_loop():
+    """NaN never wins, -inf gives the lowest finite value (an empty segment's), the first of 0.0 and
+    -0.0 stays (MindSpore CPU's `if (x > out) out = x` from the lowest value), and ids out of range
+    raise, as MindSpore's kernel does."""
+    x = np.array([NAN, 5, -INF, -0.0, 0.0, -1, 0.0, -0.0], np.float32)
+    ids = np.array([0, 0, 1, 2, 2, 2, 3, 3])
+    mx = _run("unsorted_segment_max", [x, ids], num_segments=5)
+    lo = np.finfo(np.float32).min
+    np.testing.assert_array_equal(mx, [5, lo, 0, 0, lo])
+    assert list(np.signbit(mx[2:4])) == [True, False]
+    mn = _run("unsorted_segment_min", [-x, ids], num_segments=5)
+    np.testing.assert_array_equal(mn, [-5, -lo, 0, 0, -lo])
+    assert list(np.signbit(mn[2:4])) == [False, True]
+    np.testing.assert_array_equal(_run("unsorted_segment_prod", [x[1:3], ids[:2]], num_segments=2), [-INF, 1])
+    with pytest.raises(InterpreterError, match="segment ids"):
+        _run("unsorted_segment_max", [x, ids], num_segments=3)
+
+
 def _ms_one_hot(m, args, attrs):
     idx, on, off = args
     return m.ops.one_hot(idx, attrs["depth"], on, off, attrs["axis"])
