@@ -85,15 +85,19 @@ static PyObject *known_type(PyObject *t) {
 
 /* The plan key in C. Python keys a plan by a tuple: per argument, the id of its register's (interned)
    type, or its Python type and value (see Recorder.on_op). Built here as a run of machine words
-   instead (no Python object made), which finds the plan in `ctab`, a direct-mapped cache of plan
+   instead (no Python object made), which finds the plan in `ctab`, a 4-way set-associative cache of plan
    lookups that hit in Python before. An entry is valid only while the plans dict it was found in is
    unchanged: it holds the dict's `ma_version_tag` (CPython 3.11: a global counter, a new value at
    every change of any dict, so an equal tag is the same dict in the same state). A miss, or an
    argument the words cannot hold (a str, a big int, a long tuple), builds the Python key
-   (`py_parts`) and asks the dict, as before. */
+   (`py_parts`) and asks the dict, as before. A new entry goes first in its set of 4 and pushes out
+   the set's oldest (first in, first out): a block's keys evict each other only when 5 of them fall
+   in one set of 256 (a direct-mapped table lost hits to any pair sharing a slot). */
 #define CW 24                       /* words per key */
-#define CT_BITS 10
-#define CT_SIZE (1 << CT_BITS)
+#define CT_WAYS 4
+#define CT_SETS_BITS 8
+#define CT_SETS (1 << CT_SETS_BITS)
+#define CT_SIZE (CT_SETS * CT_WAYS)
 #if PY_VERSION_HEX < 0x030C0000
 #define HAVE_CTAB 1
 #else
@@ -128,7 +132,8 @@ static uint64_t kw_hash(PyObject *plans, const Words *kw) {
     for (Py_ssize_t i = 0; i < kw->n; i++) {
         h ^= (uint64_t)kw->w[i] + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
     }
-    return h ^ (h >> 29);
+    h ^= h >> 33; h *= 0xFF51AFD7ED558CCDull; h ^= h >> 33;  /* (a full-width mix: the set index takes low bits) */
+    return h;
 }
 
 #if HAVE_CTAB
@@ -139,11 +144,15 @@ static uint64_t dict_version(PyObject *d) { return ((PyDictObject *)d)->ma_versi
 static PyObject *ctab_get(PyObject *plans, const Words *kw) {
 #if HAVE_CTAB
     if (ctab == NULL || !kw->ok) return NULL;
-    CEnt *e = &ctab[kw_hash(plans, kw) & (CT_SIZE - 1)];
-    if (e->ver != 0 && e->ver == dict_version(plans) && e->plans == plans && e->nw == kw->n
-            && memcmp(e->w, kw->w, (size_t)kw->n * sizeof(intptr_t)) == 0) {
-        n_ctab_hits++;
-        return e->plan;
+    CEnt *set = &ctab[(kw_hash(plans, kw) & (CT_SETS - 1)) * CT_WAYS];
+    uint64_t ver = dict_version(plans);
+    for (int k = 0; k < CT_WAYS; k++) {
+        CEnt *e = &set[k];
+        if (e->plans == plans && e->ver != 0 && e->ver == ver && e->nw == kw->n
+                && memcmp(e->w, kw->w, (size_t)kw->n * sizeof(intptr_t)) == 0) {
+            n_ctab_hits++;
+            return e->plan;
+        }
     }
     n_ctab_misses++;
 #endif
@@ -153,8 +162,10 @@ static PyObject *ctab_get(PyObject *plans, const Words *kw) {
 static void ctab_put(PyObject *plans, const Words *kw, PyObject *plan) {
 #if HAVE_CTAB
     if (ctab == NULL || !kw->ok) return;
-    CEnt *e = &ctab[kw_hash(plans, kw) & (CT_SIZE - 1)];
-    PyObject *old = e->plan;
+    CEnt *set = &ctab[(kw_hash(plans, kw) & (CT_SETS - 1)) * CT_WAYS];
+    PyObject *old = set[CT_WAYS - 1].plan;  /* the oldest leaves */
+    memmove(&set[1], &set[0], (CT_WAYS - 1) * sizeof(CEnt));
+    CEnt *e = &set[0];
     e->plan = Py_NewRef(plan);
     e->plans = plans;
     e->ver = dict_version(plans);

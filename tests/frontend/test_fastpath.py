@@ -224,7 +224,9 @@ def test_key_cache_keys_as_the_python_key():
     assert c_text == py_text
     assert c_last == py_last
     # Rounds 1-2 make the plans (each new plan changes its dict: earlier entries end); in rounds 3
-    # and 4 every event but the one with an int past 64 bits (keyed in Python) is a cache hit.
+    # and 4 every event but the one with an int past 64 bits (keyed in Python) is a cache hit: 20,
+    # unless 5 of the 10 keys fall in one set of the cache (the 4-way table; a direct-mapped one
+    # lost hits to any two keys sharing a slot, as placed by their addresses: a flaky CI run).
     assert s1["key_cache_hits"] - s0["key_cache_hits"] >= 18, (s0, s1)
 
 
