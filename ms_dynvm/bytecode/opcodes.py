@@ -84,6 +84,9 @@ _op("elu", U, 1, {"alpha": 1.0})
 _op("leaky_relu", U, 1, {"alpha": 0.01})
 _op("softplus", U, 1, {"beta": 1.0, "threshold": 20.0}, doc="x if beta*x > threshold")
 _op("cast", U, 1, {"dtype": REQUIRED})
+_op("nan_to_num", U, 1, {"nan": 0.0, "posinf": None, "neginf": None},
+    doc="NaN -> nan, +inf -> posinf, -inf -> neginf, each rounded to x's dtype (None: its largest / lowest "
+        "finite value); float16 and float32 only, as MindSpore CPU's NanToNum")
 
 # --- elementwise binary (NumPy broadcasting; either operand may be an immediate) ----------------
 for _n in (
@@ -179,6 +182,9 @@ _op("pad", Group.COPY, 2, {"pads": REQUIRED},
 _op("tril", Group.COPY, 1, {"diagonal": 0})
 _op("triu", Group.COPY, 1, {"diagonal": 0})
 _op("cumsum", Group.COPY, 1, {"axis": REQUIRED, "dtype": None})
+_op("cumprod", Group.COPY, 1, {"axis": REQUIRED, "exclusive": False, "reverse": False},
+    doc="running product along axis in x's dtype, one rounding per step (integers wrap); exclusive: each "
+        "result leaves its own element out (the first is 1); reverse: from the end; rank >= 1, not bool/bf16")
 
 # --- creation ----------------------------------------------------------------------------------
 _op("fill", Group.CREATE, 0, {"shape": REQUIRED, "dtype": REQUIRED, "value": REQUIRED})

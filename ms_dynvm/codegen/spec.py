@@ -634,6 +634,18 @@ class _Lower:
             return self.op(ct, "select", c, arg(1, rd), arg(2, rd))
         if op == "masked_fill":
             return self.op(ct, "select", arg(1, "bool"), arg(2, rd), arg(0, rd))
+        if op == "nan_to_num":
+            if rd not in ("f16", "f32"):
+                raise CodegenError(f"nan_to_num of {rd}")
+            fi = np.finfo(dtypes.to_numpy(rd))
+            a = ins.attrs
+            pos = fi.max if a["posinf"] is None else a["posinf"]
+            neg = fi.min if a["neginf"] is None else a["neginf"]
+            x = arg(0, rd)
+            inf = self.const(float("inf"), rd)
+            r = self.op(ct, "select", self.op("bool", "eq", x, inf), self.const(float(pos), rd), x)
+            r = self.op(ct, "select", self.op("bool", "eq", x, self.const(float("-inf"), rd)), self.const(float(neg), rd), r)
+            return self.op(ct, "select", self.op("bool", "isnan", x), self.const(float(a["nan"]), rd), r)
         if op == "clamp":
             r = arg(0, rd)
             if args[1] is not None:

@@ -671,7 +671,7 @@ def _reduce_plain(op: str):
 
 
 def _reduce_all_axes(op: str):
-    """Max(x) / Min(x): reduce everything."""
+    """Max(x) / Min(x) / Any(x): reduce everything."""
 
     def h(a, prim):
         (x,) = a
@@ -1026,6 +1026,30 @@ def _cumsum_legacy(a, prim):
     if exclusive is not False or reverse is not False:
         raise _Unsupported
     return ("cumsum", (_t(x),), {"axis": _int(axis), "dtype": None})
+
+
+@_in_order
+def _cumprod_legacy(a, prim):
+    x, axis, exclusive, reverse = a
+    return ("cumprod", (_t(x),), {"axis": _int(axis), "exclusive": _bool(exclusive), "reverse": _bool(reverse)})
+
+
+def _number_or_none(v):
+    if v is None:
+        return None
+    if type(v) in (int, float):
+        return float(v)
+    raise _Unsupported
+
+
+@_in_order
+def _nan_to_num(a, prim):
+    """NanToNum(x, nan, posinf, neginf): a None nan is 0 (MindSpore's default), None infinities
+    the dtype's largest / lowest finite value (resolved by the VM op)."""
+    x, nan, posinf, neginf = a
+    nan = _number_or_none(nan)
+    return ("nan_to_num", (_t(x),), {"nan": 0.0 if nan is None else nan, "posinf": _number_or_none(posinf),
+                                     "neginf": _number_or_none(neginf)})
 
 
 @_in_order
@@ -1535,6 +1559,7 @@ _reg("ReduceMax", _reduce_plain("max"))
 _reg("ReduceMin", _reduce_plain("min"))
 _reg("ReduceAll", _reduce_plain("all"))
 _reg("ReduceAny AnyExt", _reduce_plain("any"))
+_reg("Any", _reduce_all_axes("any"))
 _reg("Max", _reduce_all_axes("max"))
 _reg("Min", _reduce_all_axes("min"))
 _reg("MaxDim", _with_index("max_with_index", indices_first=False))
@@ -1578,6 +1603,8 @@ _reg("Tile", _tile)
 _reg("Tril TrilExt", _tril_triu("tril"))
 _reg("Triu", _tril_triu("triu"))
 _reg("CumSum", _cumsum_legacy)
+_reg("CumProd", _cumprod_legacy)
+_reg("NanToNum", _nan_to_num)
 _reg("CumsumExt", _cumsum_ext)
 _reg("ReverseV2", _reverse)
 _reg("PadV3", _pad_v3)

@@ -373,6 +373,18 @@ def _clamp(op, args, attrs):
     return [_tt(promote_values(op, args), shape)]
 
 
+@_rule("nan_to_num")
+def _nan_to_num(op, args, attrs):
+    x = _tensor(op, args[0])
+    if x.dtype not in ("f16", "f32"):
+        raise ShapeError(f"nan_to_num: {x.dtype} x is not supported (MindSpore CPU: float16 and float32 only)")
+    for k in ("nan", "posinf", "neginf"):
+        v = attrs[k]
+        if v is not None and (type(v) not in (int, float) or isinstance(v, bool)):
+            raise ShapeError(f"nan_to_num: {k} must be a number or None, got {v!r}")
+    return [_tt(x.dtype, x.shape)]
+
+
 @_rule("lerp", "addcmul")
 def _lerp_addcmul(op, args, attrs):
     _tensor(op, args[0])
@@ -856,6 +868,17 @@ def _cumsum(op, args, attrs):
     norm_axis(op, attrs["axis"], max(x.rank, 1))
     dt = attrs["dtype"] or ("i64" if x.dtype == "bool" else x.dtype)
     return [_tt(dt, x.shape)]
+
+
+@_rule("cumprod")
+def _cumprod(op, args, attrs):
+    x = _tensor(op, args[0])
+    if x.rank == 0:
+        raise ShapeError("cumprod: x must have rank >= 1 (MindSpore's CumProd)")
+    if x.dtype in ("bool", "bf16"):
+        raise ShapeError(f"cumprod: {x.dtype} x is not supported (nor by MindSpore CPU)")
+    norm_axis(op, attrs["axis"], x.rank)
+    return [_tt(x.dtype, x.shape)]
 
 
 # --- creation ----------------------------------------------------------------------------------

@@ -1001,6 +1001,22 @@ def _softmax_f32_ms(x: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(r.astype(_F32), -1, axis)
 
 
+@_impl("nan_to_num")
+def _nan_to_num(args, attrs):
+    """MindSpore's NanToNum: each replacement rounded to x's dtype (float16: 1e5 -> inf, 65519 ->
+    65504), None the dtype's largest / lowest finite value; float16 and float32 only."""
+    x = args[0]
+    if x.dtype not in (np.float16, _F32):
+        raise InterpreterError(f"nan_to_num: {x.dtype} x is not supported")
+    fi = np.finfo(x.dtype)
+    with np.errstate(all="ignore"):
+        nan, pos, neg = (_cast(fi.max if v is None and k == "posinf" else fi.min if v is None and k == "neginf"
+                               else v, x.dtype)
+                         for k, v in (("nan", attrs["nan"]), ("posinf", attrs["posinf"]), ("neginf", attrs["neginf"])))
+        r = np.where(np.isnan(x), nan, np.where(x == np.inf, pos, np.where(x == -np.inf, neg, x)))
+    return r.astype(x.dtype)
+
+
 @_impl("softmax", "log_softmax")
 def _softmax(op, args, attrs):
     x = args[0]
@@ -1345,6 +1361,23 @@ def _cumsum(args, attrs):
     if x.ndim == 0:
         return _cast(x, out).copy()
     return np.cumsum(_cast(x, out), axis=_norm_axis(attrs["axis"], x.ndim), dtype=out)
+
+
+@_impl("cumprod")
+def _cumprod(args, attrs):
+    """In x's dtype, one rounding per step (np.cumprod: float16 bit-equal to MindSpore's CumProd on
+    random rows, integers wrap as there); exclusive shifts in a 1, reverse runs from the end."""
+    x = args[0]
+    if x.ndim == 0:
+        raise InterpreterError("cumprod: x must have rank >= 1")
+    axis = _norm_axis(attrs["axis"], x.ndim)
+    v = np.flip(x, axis) if attrs["reverse"] else x
+    if attrs["exclusive"] and v.shape[axis]:
+        head = np.ones_like(np.take(v, [0], axis=axis))
+        v = np.concatenate([head, np.take(v, range(v.shape[axis] - 1), axis=axis)], axis=axis)
+    with np.errstate(all="ignore"):
+        r = np.cumprod(v, axis=axis, dtype=x.dtype)
+    return np.ascontiguousarray(np.flip(r, axis) if attrs["reverse"] else r)
 
 
 # --- creation ----------------------------------------------------------------------------------

@@ -522,3 +522,23 @@ def test_float_to_int_cast_of_nonfinite_and_out_of_range_values(cache, dst):
     assert_close(got, ref)
     if dst == "i32":
         assert got[0][0] == np.iinfo(np.int32).min and got[0][3] == np.iinfo(np.int32).min
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("nan,posinf,neginf", [(0.0, None, None), (1.5, 1e39, -2.0), (7e4, 65519.0, -1e5)])
+def test_nan_to_num_bit_equal_to_the_interpreter(cache, dtype, nan, posinf, neginf):
+    """nan_to_num in a fused chain: NaN, +inf and -inf replaced by values rounded to the dtype (None:
+    its largest / lowest finite value; 1e39 is inf in float32, 65519 is 65504 and 7e4 inf in float16),
+    everything else kept (-0.0, subnormals), bit-equal to the interpreter, strided input too."""
+    g = G()
+    x = g.param(dtype, (B, 10))
+    g.op("mul", g.op("nan_to_num", g.op("neg", x), nan=nan, posinf=posinf, neginf=neginf), 2.0)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    npdt = groups.np_dtype(dtype)
+    for n in (2, 5):
+        a = np.resize(SPECIAL, (n, 10)).astype(npdt)
+        for arr in (a, np.asfortranarray(a)):
+            out, ref = k([arr]), reference(fn, [arr])
+            for o, r in zip(out, ref):
+                assert o.dtype == r.dtype and np.array_equal(o.view(np.uint8), r.view(np.uint8)), (o, r)

@@ -361,6 +361,22 @@ def test_one_hot_pad_cumsum_tril():
         infer("tril", [T("f32", 3)], {})
 
 
+def test_cumprod_and_nan_to_num():
+    assert one("cumprod", [T("i8", B, 3)], axis=-1) == T("i8", B, 3)  # in the dtype, as MindSpore's CumProd
+    assert one("cumprod", [T("f16", 4)], axis=0, exclusive=True, reverse=True) == T("f16", 4)
+    for bad, match in (([T("f32")], "rank >= 1"), ([T("bool", 3)], "bool"), ([T("bf16", 3)], "bf16")):
+        with pytest.raises(ShapeError, match=match):
+            infer("cumprod", bad, {"axis": 0, "exclusive": False, "reverse": False})
+    with pytest.raises(ShapeError):
+        infer("cumprod", [T("f32", 3)], {"axis": 1, "exclusive": False, "reverse": False})
+    assert one("nan_to_num", [T("f16", B, 2)], posinf=1e5) == T("f16", B, 2)
+    for dt in ("f64", "i32", "bool", "bf16"):  # MindSpore CPU: float16 and float32 only
+        with pytest.raises(ShapeError, match="not supported"):
+            infer("nan_to_num", [T(dt, 3)], {"nan": 0.0, "posinf": None, "neginf": None})
+    with pytest.raises(ShapeError, match="number or None"):
+        infer("nan_to_num", [T("f32", 3)], {"nan": 0.0, "posinf": "x", "neginf": None})
+
+
 # --- creation ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("start, end, step", [(0, 5, 1), (0, 5, 2), (5, 0, -2), (3, 3, 1), (3, 0, 1),
                                               (0.0, 1.0, 0.1), (0.5, 2.2, 0.5), (-1.25, -2.0, -0.25)])

@@ -140,7 +140,7 @@ def _ms_unary(name):
     return call
 
 
-_UNARY = sorted(opcodes.UNARY - {"cast", "full_like"})
+_UNARY = sorted(opcodes.UNARY - {"cast", "full_like", "nan_to_num"})
 
 
 @spec(*_UNARY, ms={n: _ms_unary(n) for n in _UNARY})
@@ -842,6 +842,23 @@ def _g_cumsum(g: Gen, op: str):
     dt = g.pick(("f32", "i32", "f16") if g.ms else ANY)
     attrs = {"axis": g.int(-len(shape), len(shape) - 1), "dtype": g.pick([None, "f32", "i64"])}
     return [g.arr(dt, shape, special=not g.ms)], attrs
+
+
+@spec("cumprod", ms=lambda m, args, attrs: m.ops.operations.CumProd(attrs["exclusive"], attrs["reverse"])(
+    args[0], attrs["axis"]))
+def _g_cumprod(g: Gen, op: str):
+    shape = g.shape(min_dims=1, min_side=1 if g.ms else 0)
+    dt = g.pick(("f32", "f16", "i32", "i64", "i8") if g.ms else tuple(d for d in ANY if d != "bool"))
+    attrs = {"axis": g.int(-len(shape), len(shape) - 1), "exclusive": g.flag(), "reverse": g.flag()}
+    return [g.arr(dt, shape, special=True)], attrs
+
+
+@spec("nan_to_num", ms=lambda m, args, attrs: m.ops.nan_to_num(args[0], attrs["nan"], attrs["posinf"],
+                                                                 attrs["neginf"]))
+def _g_nan_to_num(g: Gen, op: str):
+    vals = [None, 0.0, 1.5, -2.0, 1e5, -65519.0, 65520.0, 3e38, -1e39]
+    attrs = {"nan": g.pick([0.0, 1.5, -7.0, 1e5, 7e4]), "posinf": g.pick(vals), "neginf": g.pick(vals)}
+    return [g.arr(g.pick(("f32", "f16")), g.shape(), special=True)], attrs
 
 
 # --- creation ----------------------------------------------------------------------------------
