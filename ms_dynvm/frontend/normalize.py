@@ -1129,6 +1129,87 @@ def _scatter_nd(op: str):
 
 
 @_in_order
+def _scatter_nd_new(a, prim):
+    """ScatterNd(indices, updates, shape) = tensor_scatter_add(zeros(shape), indices, updates): the
+    duplicates add, as MindSpore's. Bool updates (MindSpore ors the duplicates) stay opaque."""
+    idx, upd, shape = a
+    dt = _vm_dtype(_t(upd))
+    if dt == "bool":
+        raise _Unsupported
+    return Lowering([("fill", (), {"shape": _shape(shape), "dtype": dt, "value": 0}),
+                     ("tensor_scatter_add", (Tmp(0), _t(idx), upd), {})], _OUT_LAST2)
+
+
+# Losses: MindSpore's Reduction enum as dispatched (0 sum, 1 mean, 2 none).
+_LOSS_REDUCTION = {0: "sum", 1: "mean", 2: "none"}
+
+
+def _loss_reduced(instrs: list, reduction) -> Lowering:
+    """`instrs` (the elementwise loss last) followed by the dispatched reduction."""
+    r = _LOSS_REDUCTION.get(reduction) if type(reduction) is int else None
+    if r is None:
+        raise _Unsupported
+    if r != "none":
+        instrs.append((r, (Tmp(len(instrs) - 1),), {"axis": None, "keepdims": False, "dtype": None}))
+    return Lowering(instrs, (Tmp(len(instrs) - 1),))
+
+
+def _f32_only(*tensors) -> None:
+    """The loss lowerings below follow MindSpore's float32 kernels; other dtypes stay opaque calls."""
+    for v in tensors:
+        if v is not None and _vm_dtype(_t(v)) != "f32":
+            raise _Unsupported
+
+
+@_in_order
+def _bce_with_logits(a, prim):
+    """BCEWithLogitsLoss(x, y, weight, pos_weight, reduction): w * ((1 - y) * x + (1 + (pw - 1) * y) *
+    (log1p(exp(-|x|)) + max(-x, 0))), then the reduction (MindSpore's formula; float32 only)."""
+    x, y, w, pw, reduction = a
+    _f32_only(x, y, w, pw)
+    ins = [("abs", (x,), {}), ("neg", (Tmp(0),), {}), ("exp", (Tmp(1),), {}), ("log1p", (Tmp(2),), {}),
+           ("neg", (x,), {}), ("relu", (Tmp(4),), {}), ("add", (Tmp(3), Tmp(5)), {})]
+    sp = Tmp(6)
+    if pw is not None:
+        ins += [("sub", (pw, 1), {}), ("mul", (Tmp(7), y), {}), ("add", (Tmp(8), 1), {}), ("mul", (Tmp(9), sp), {})]
+        sp = Tmp(10)
+    n = len(ins)
+    ins += [("sub", (1, y), {}), ("mul", (Tmp(n), x), {}), ("add", (Tmp(n + 1), sp), {})]
+    if w is not None:
+        ins.append(("mul", (w, Tmp(n + 2)), {}))
+    return _loss_reduced(ins, reduction)
+
+
+@_in_order
+def _smooth_l1_loss(a, prim):
+    """SmoothL1Loss(p, t, beta, reduction): d = |p - t|; 0.5 * d * d / beta where d < beta, else
+    d - 0.5 * beta (bit-equal to MindSpore's float32 kernel, measured); then the reduction."""
+    p, t, beta, reduction = a
+    _f32_only(p, t)
+    if type(beta) is not float or not beta > 0:
+        raise _Unsupported
+    ins = [("sub", (p, t), {}), ("abs", (Tmp(0),), {}), ("lt", (Tmp(1), beta), {}), ("mul", (0.5, Tmp(1)), {}),
+           ("mul", (Tmp(3), Tmp(1)), {}), ("div", (Tmp(4), beta), {}), ("sub", (Tmp(1), 0.5 * beta), {}),
+           ("where", (Tmp(2), Tmp(5), Tmp(6)), {})]
+    return _loss_reduced(ins, reduction)
+
+
+@_in_order
+def _smooth_l1_loss_grad(a, prim):
+    """SmoothL1LossGrad(p, t, dout, beta, reduction) for reductions none and sum: with x = p - t,
+    -dout where x < -beta, dout where x > beta, else x / beta * dout (bit-equal to MindSpore's
+    float32 kernel, NaN included). (mean divides by the element count: an opaque call.)"""
+    p, t, dout, beta, reduction = a
+    _f32_only(p, t, dout)
+    if type(beta) is not float or not beta > 0 or reduction not in (0, 2) or type(reduction) is not int:
+        raise _Unsupported
+    ins = [("sub", (p, t), {}), ("div", (Tmp(0), beta), {}), ("mul", (Tmp(1), dout), {}),
+           ("gt", (Tmp(0), beta), {}), ("where", (Tmp(3), dout, Tmp(2)), {}), ("lt", (Tmp(0), -beta), {}),
+           ("neg", (dout,), {}), ("where", (Tmp(5), Tmp(6), Tmp(4)), {})]
+    return Lowering(ins, (Tmp(7),))
+
+
+@_in_order
 def _scatter_add_ext(a, prim):
     x, dim, idx, src = a
     return ("scatter_add", (_t(x), _t(idx), _t(src)), {"dim": _int(dim)})
@@ -1615,6 +1696,10 @@ _reg("GatherD", _gather_d)
 _reg("GatherNd GatherNdExt", _gather_nd)
 _reg("IndexSelect", _index_select)
 _reg("TensorScatterAdd", _scatter_nd("tensor_scatter_add"))
+_reg("ScatterNd", _scatter_nd_new)
+_reg("BCEWithLogitsLoss", _bce_with_logits)
+_reg("SmoothL1Loss", _smooth_l1_loss)
+_reg("SmoothL1LossGrad", _smooth_l1_loss_grad)
 _reg("TensorScatterUpdate", _scatter_nd("tensor_scatter_update"))
 _reg("ScatterAddExt", _scatter_add_ext)
 _reg("TensorScatterElements", _tensor_scatter_elements)

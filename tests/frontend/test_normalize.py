@@ -311,6 +311,19 @@ FAMILIES = {
         lambda: _vg(lambda x: ops.SoftmaxCrossEntropyWithLogits()(x, _one_hot6(LAB))[0].sum(), X4),
         lambda: _vg(lambda x: ops.softplus(x).sum(), X4), lambda: _vg(lambda x: ops.leaky_relu(x, 0.1).sum(), X4),
         lambda: _vg(lambda x: ops.sqrt(ops.abs(x) + 1).sum(), X4),
+        lambda: _vg(lambda x: nn.SmoothL1Loss(0.7)(x, X4 * 0.5).sum(), X4 * 3),
+        lambda: _vg(lambda x: nn.SmoothL1Loss(1.0, "sum")(x, X4 * 0.5), X4 * 3),
+        lambda: _vg(lambda x: nn.BCEWithLogitsLoss()(x, ops.sigmoid(X4)), X4 * 4),
+    ],
+    "loss": [
+        lambda: ops.binary_cross_entropy_with_logits(X4 * 30, ops.sigmoid(X4), _f(6, seed=5), _f(6, seed=6, lo=0.1), "none"),
+        lambda: ops.binary_cross_entropy_with_logits(X4, (X4 > 0).astype(ms.float32), _f(6, seed=5), None, "sum"),
+        lambda: ops.binary_cross_entropy_with_logits(X4 / (X4 * 0), ops.sigmoid(X4), None, _f(6, seed=6, lo=0.1), "mean"),
+        lambda: nn.SmoothL1Loss(0.3)(X4 * 2, _f(4, 6, seed=7)), lambda: nn.SmoothL1Loss(2.5, "sum")(X4 * 2, _f(4, 6, seed=7)),
+        lambda: nn.SmoothL1Loss(1.0, "mean")(X4 / (X4 * 0), _f(4, 6, seed=7)),
+        lambda: ops.scatter_nd(_i([[0], [2], [0]]), _f(3, 6), (5, 6)),
+        lambda: ops.scatter_nd(_i([[1, 2], [1, 2], [0, 5]]), _f(3), (2, 6)),
+        lambda: ops.scatter_nd(_i([[1], [3]]), XI[:2] if XI.shape[0] >= 2 else XI, (4,) + tuple(XI.shape[1:])),
     ],
     "mlp_train": [lambda: _mlp_step()],
     "dropout": [lambda: ops.dropout(X3, 0.5), lambda: ops.Dropout(keep_prob=0.6)(X3), lambda: ops.dropout(X3, 0.0)],
@@ -661,6 +674,21 @@ def test_ops_seen_covered():
         assert name in N.covered_names(), name
         if name not in OPS_SEEN_FORMS_ONLY:
             assert name in seen, f"{name} is not exercised by any family"
+
+
+def test_loss_and_scatter_forms_left_opaque():
+    """Forms the lowerings do not follow stay opaque calls (normalize gives None): ScatterNd of bool
+    updates (MindSpore ors duplicates), the losses in float16 (their lowerings follow MindSpore's
+    float32 kernels) and SmoothL1LossGrad under reduction mean (it divides by the element count)."""
+    h16 = _f(4, 6).astype(ms.float16)
+    calls = capture(lambda: ops.scatter_nd(_i([[0], [1]]), _f(2, 3) > 0, (3, 3)),
+                    lambda: ops.binary_cross_entropy_with_logits(h16, h16, None, None, "mean"),
+                    lambda: nn.SmoothL1Loss(1.0)(h16, h16),
+                    lambda: _vg(lambda x: nn.SmoothL1Loss(1.0, "mean")(x, X4 * 0.5), X4 * 3))
+    picked = [c for c in calls if c.name in ("ScatterNd", "BCEWithLogitsLoss", "SmoothL1LossGrad")
+              or (c.name == "SmoothL1Loss" and c.args[0].dtype == ms.float16)]
+    assert sorted(c.name for c in picked) == ["BCEWithLogitsLoss", "ScatterNd", "SmoothL1Loss", "SmoothL1LossGrad"]
+    assert all(N.normalize(c.name, c.args) is None for c in picked)
 
 
 def test_forms_only_ops():
