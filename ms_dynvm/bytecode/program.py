@@ -190,6 +190,10 @@ class Program:
     outputs: list = field(default_factory=list)
     # Next free register number (registers are allocated densely by every builder).
     _n: int = field(default=0, compare=False, repr=False)
+    # Runs this program's `call` instructions where `interpret` is given no call_handler: set by
+    # `ms_dynvm.record()` on the program it made (it re-runs each opaque op through MindSpore, in the
+    # recording process only). Not saved, not compared.
+    call_handler: object = field(default=None, compare=False, repr=False)
 
     # --- construction helpers -------------------------------------------------------------------
     def next_reg(self) -> int:

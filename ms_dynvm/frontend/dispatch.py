@@ -64,8 +64,10 @@ class DynVMMode(ms.MsDispatchMode):
             # This step runs bare: the mode is off the stack now, this op runs as plain eager.
             return func(*args, **kwargs) if kwargs else func(*args)
         t1 = self.tier1
-        if not self.serving and (name in _INPLACE or len(args) == 3):  # (serving is off exactly
-            self._before_inplace(name, args)  # inside record(); 3 arguments: maybe a legacy primitive)
+        if not self.serving:  # (serving is off exactly inside record())
+            self.recorder.cur_func = func  # (an opaque call keeps it: Recording.call_handler)
+            if name in _INPLACE or len(args) == 3:  # (3 arguments: maybe a legacy primitive)
+                self._before_inplace(name, args)
         mix = self.recorder._mix  # (see Recorder.mix_event: tier 1 stays off under a mixed type)
         if t1 is None or kwargs or mix is not None:
             if mix is not None and t1 is not None and (t1.run is not None or t1.pending is not None):

@@ -78,6 +78,7 @@ from collections import deque
 
 import numpy as np
 from mindspore import Parameter, Tensor
+from mindspore import dtype as _mstype
 from mindspore._c_expression import TensorPy
 
 from ms_dynvm.bytecode import opcodes
@@ -542,6 +543,22 @@ def _flat_tensors(obj, out: list) -> list:
     return out
 
 
+class _Slot:
+    """Where a tensor argument goes in a recorded opaque call's arguments (Recording._add_call)."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+def _array_of(t) -> np.ndarray:
+    """A tensor's value as the interpreter holds it (bfloat16 as float32)."""
+    if str(t.dtype) == "BFloat16":
+        t = t.astype(_mstype.float32)
+    return t.asnumpy()
+
+
 def _read_tags(args, out) -> tuple:
     """(tags of the top-level tensor arguments, tags of the tensor results), read off the tensors:
     what `Recorder.last_tags` holds (the legacy `(prim, name, inputs)` form is unwrapped)."""
@@ -583,6 +600,61 @@ class Recording:
         self.warnings: list = []  # writes to inputs inside the scope (see the class doc)
         self._snaps: dict = {}  # input index -> its value (NumPy copy) when the program first read it
         self._epoch = None
+        # Per opaque call, in program order: (name, the dispatched op, its arguments with each tensor
+        # a _Slot, the tensors' MindSpore dtypes); see call_handler.
+        self._calls: list = []
+        self._call_index: dict | None = None
+
+    def _add_call(self, name: str, func, args) -> None:
+        dts: list = []
+
+        def template(obj):
+            t = type(obj)
+            if t is tuple or t is list or (t not in _NOT_TENSORS and isinstance(obj, (tuple, list))):
+                items = [template(x) for x in obj]  # (the order of _flat_tensors)
+                return items if isinstance(obj, list) else tuple(items)
+            if _is_tensor(obj):
+                dts.append(obj.dtype)
+                return _Slot(len(dts) - 1)
+            return obj
+
+        self._calls.append((name, func, template(args), tuple(dts)))
+
+    def call_handler(self, instr, operands) -> tuple:
+        """Runs a `call` instruction of `program` (an op the VM does not model) by running the
+        recorded MindSpore op again on `operands` (NumPy arrays, made MindSpore tensors of the
+        recorded dtypes), with the op's other arguments as recorded: what `interpret(program, ...)`
+        uses by default in this process. A random op draws new values."""
+        if self._call_index is None:
+            calls = [i for i in self.program.instrs() if i.op == "call"]
+            self._call_index = {id(i): k for k, i in enumerate(calls)}
+        k = self._call_index.get(id(instr))
+        if k is None or k >= len(self._calls):
+            raise RuntimeError(f"call {instr.attrs.get('target')!r} is not one this recording made")
+        name, func, template, dts = self._calls[k]
+        if name != instr.attrs.get("target") or len(operands) != len(dts):
+            raise RuntimeError(f"call {instr.attrs.get('target')!r} does not match the recorded {name!r}")
+        from mindspore import Tensor as _T
+
+        def fill(obj):
+            t = type(obj)
+            if t is _Slot:
+                v = _T(np.ascontiguousarray(operands[obj.i]))
+                return v if v.dtype == dts[obj.i] else v.astype(dts[obj.i])
+            if t is tuple:
+                return tuple(fill(x) for x in obj)
+            if t is list:
+                return [fill(x) for x in obj]
+            return obj
+
+        args = fill(template)
+        if func is not None:
+            out = func(*args)
+        elif len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple:
+            out = args[0](*args[2])  # a legacy primitive
+        else:
+            raise RuntimeError(f"call {name!r}: the op was not kept (pass call_handler= to interpret)")
+        return tuple(_array_of(t) for t in _flat_tensors(out, []))
 
     def input_arrays(self) -> list:
         """The inputs' values as the program read them (NumPy arrays, for `interpret`): the copies
@@ -676,6 +748,7 @@ class Recorder:
 
     def __init__(self, opts) -> None:
         self.recording: Recording | None = None
+        self.cur_func = None  # the op being dispatched, inside record() (see Recording.call_handler)
         # VM ops whose view-copy arguments are linked to the view's register in plain mode (see
         # `_link_for`): tier 1 sets its fusible ops.
         self._link_ops: frozenset = frozenset()
@@ -1405,6 +1478,8 @@ class Recorder:
     def _record_call(self, name: str, args: tuple, out) -> None:
         """An op the VM does not model: one opaque `call` over its tensor arguments, ending the block."""
         METRICS.ops_opaque[name] += 1
+        if self.recording is not None:
+            self.recording._add_call(name, self.cur_func, args)
         block = self._open_block()
         regs = [self._reg_of(t) for t in _flat_tensors(args, [])]
         res = _flat_tensors(out, [])
@@ -1459,6 +1534,8 @@ class Recorder:
                 by_reg.setdefault(int(tag[1]), t)
         prog.outputs = sorted(by_reg)
         rec.program = prog
+        if rec._calls:
+            prog.call_handler = rec.call_handler
         rec.outputs = [by_reg[r] for r in prog.outputs]
         rec._epoch = self.epoch
         self.recording = None

@@ -1592,7 +1592,8 @@ def interpret(program, inputs: list, *, call_handler=None) -> list[np.ndarray]:
     `program.outputs`. Inputs must have exactly the NumPy dtype of their declared type (for bf16:
     float32, rounded on entry, or a 2-byte bfloat16 array as MindSpore's `asnumpy()` gives) and fit
     its shape. `call` instructions go to
-    `call_handler(instr, args) -> tuple of arrays`."""
+    `call_handler(instr, args) -> tuple of arrays`, by default `program.call_handler` (what
+    `ms_dynvm.record()` sets on the programs it makes)."""
     if len(inputs) != len(program.inputs):
         raise ValueError(f"program takes {len(program.inputs)} inputs, got {len(inputs)}")
     env: dict[str, int] = {}
@@ -1615,12 +1616,16 @@ def interpret(program, inputs: list, *, call_handler=None) -> list[np.ndarray]:
         values[inp.reg] = _round_bf16(arr) if ty.dtype == "bf16" else arr
     for r, c in program.consts.items():
         values[r] = _to_declared(c, program.types[r])
+    if call_handler is None:
+        call_handler = program.call_handler
     for instr in program.instrs():
         if instr.op != "call":
             run_instr(instr, values, program.types, env=env)
             continue
         if call_handler is None:
-            raise InterpreterError(f"{_describe(instr, program.types)}: no call_handler for `call`")
+            raise InterpreterError(f"{_describe(instr, program.types)}: no call_handler for `call` (an opaque "
+                                   "op: pass call_handler=; a program from ms_dynvm.record() has one in "
+                                   "the process that recorded it, a loaded one does not)")
         results = call_handler(instr, _operands(instr, values))
         results = (results,) if isinstance(results, np.ndarray) else tuple(results)
         _store(instr, results, values, program.types, env)

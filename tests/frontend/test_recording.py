@@ -768,3 +768,52 @@ def test_a_mixed_precision_cell_on_another_thread():
         assert y.dtype == ms.float16
         verify_program(rec.program)
         assert [i.op for i in rec.program.instrs()] == ["call"], start_inside
+
+
+def test_interpret_reruns_opaque_calls_through_mindspore(tmp_path):
+    """A recorded program's opaque calls (TopK, Eye, Range, Sort: ops the VM does not model) run again
+    through MindSpore when `interpret` is given no call_handler, in the recording process: on the
+    recorded inputs every value comes back bit-equal; on new inputs the calls give what MindSpore
+    gives for them. A loaded program has no handler (a clear error), and an explicit one wins."""
+    from mindspore import ops
+
+    from ms_dynvm.runtime.interpreter import InterpreterError
+
+    rng = np.random.default_rng(3)
+    x = ms.Tensor(rng.standard_normal((4, 6)).astype(np.float32))
+
+    def f(x):
+        v, i = ops.topk(x * 2, 3)
+        e = ops.eye(4, 6, ms.float32) * x
+        r = ops.range(ms.Tensor(0, ms.int32), ms.Tensor(6, ms.int32), ms.Tensor(2, ms.int32))
+        s, si = ops.sort(x - 1, axis=0)
+        return v + 1, i * 2, e, r * 3, s * si.astype(ms.float32)
+
+    with ms_dynvm.record() as rec:
+        outs = f(x)
+    assert {"TopK", "Eye", "Range", "Sort"} <= set(ms_dynvm.stats()["ops_opaque"])
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
+    regs = {r: k for k, r in enumerate(rec.program.outputs)}
+    for t in outs:
+        k = regs[int(rec.reg_of(t))]
+        assert np.array_equal(got[k], t.asnumpy()), k
+    x2 = rng.standard_normal((4, 6)).astype(np.float32)
+    arrs = rec.input_arrays()
+    arrs[0] = x2
+    got2 = ms_dynvm.interpret(rec.program, arrs)
+    want = f(ms.Tensor(x2))
+    for t, w in zip(outs, want):
+        k = regs[int(rec.reg_of(t))]
+        assert np.array_equal(got2[k], w.asnumpy()), k
+    path = str(tmp_path / "p.dvm")
+    rec.program.save(path)
+    with pytest.raises(InterpreterError, match="call_handler"):
+        ms_dynvm.interpret(load_program(path), rec.input_arrays())
+    seen = []
+
+    def mine(instr, args):
+        seen.append(instr.attrs["target"])
+        return rec.call_handler(instr, args)
+
+    ms_dynvm.interpret(rec.program, rec.input_arrays(), call_handler=mine)
+    assert seen == ["TopK", "Eye", "Range", "Sort"]
