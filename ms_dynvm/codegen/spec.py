@@ -33,8 +33,9 @@ How a group is lowered
   the last axis thus become one nest: for each row, max pass, sum pass, output pass.
 - All outputs of the same shape are stored by one map step (tier 1 returns every op's result).
 - Numerics: each value is computed in its dtype's compute type (f16/bf16 in f32, rounded to the
-  dtype after every op, as the reference interpreter does); float sums, means, products and the
-  norm statistics accumulate in float64 (the reference computes norms in float64; a float32
+  dtype after every op, as the reference interpreter does); float sums, means, float64 products and
+  the norm statistics accumulate in float64 (float32/float16/bfloat16 products in float32, as
+  MindSpore and the reference: underflow to 0 and overflow to inf as eager) (the reference computes norms in float64; a float32
   accumulator would drift by up to n*eps), except float32 softmax with `eager_math` (the default),
   whose sum is MindSpore's own float32 sum in its order (`_lower_softmax`, `Step.order`); max/min
   follow the interpreter's NaN rule (first element NaN -> NaN, other NaNs ignored); softmax's max
@@ -843,6 +844,9 @@ class _Lower:
         self.memo = outer_memo
         acc = self.fresh("acc")
         step = Step(inner, body, [Acc(acc, kind, acc_ct, val, first)], pre, [])
+        if kind == "prod" and acc_ct == "f32":
+            step.order = "seq"  # (in index order, as eager: where a float32 product over/underflows
+            # depends on the order; partial products per lane kept [1e4]*10 + [1e-4]*10 finite)
         return step, acc
 
     def _lower_reduce(self, ins) -> None:
@@ -862,7 +866,12 @@ class _Lower:
         kind = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[op]
         if kind in ("sum", "prod"):
             elem_dt = rt.dtype  # the interpreter casts x to the result dtype first
-            acc_ct = "f64" if _is_float(elem_dt) else "i64"
+            if kind == "prod" and elem_dt in ("f32", "f16", "bf16"):
+                # MindSpore multiplies float32/float16 products in float32, as the interpreter does: a
+                # float64 product missed eager's underflow to 0 and overflow to inf (0 * inf = NaN there).
+                acc_ct = "f32"
+            else:
+                acc_ct = "f64" if _is_float(elem_dt) else "i64"
         else:
             elem_dt = xt.dtype
             acc_ct = ctype_of(elem_dt)
@@ -882,6 +891,8 @@ class _Lower:
                                                             dst="f64"))
             if acc_ct == "f64" and rt.dtype != "f64":
                 r = self.op("f32", "cast", r, src="f64", dst="f32")
+                r = self.rounded(r, rt.dtype)
+            elif acc_ct == "f32" and rt.dtype != "f32":
                 r = self.rounded(r, rt.dtype)
             elif acc_ct == "i64" and rt.dtype != "i64":
                 r = self.op(ctype_of(rt.dtype), "cast", r, src="i64", dst=rt.dtype)

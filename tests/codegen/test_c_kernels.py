@@ -542,3 +542,28 @@ def test_nan_to_num_bit_equal_to_the_interpreter(cache, dtype, nan, posinf, negi
             out, ref = k([arr]), reference(fn, [arr])
             for o, r in zip(out, ref):
                 assert o.dtype == r.dtype and np.array_equal(o.view(np.uint8), r.view(np.uint8)), (o, r)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_prod_over_and_underflows_as_the_interpreter(cache, dtype):
+    """A fused float32/float16 product multiplies in float32 as MindSpore and the interpreter do: a
+    running product that underflows stays 0 (then 0 * inf is NaN) and one that overflows is inf
+    (a fuzzing round found a float64 accumulator giving 1.0 for [1e-30, 1e-30, 1e30, 1e30] and
+    1.002 for ten float16 1e4 then ten 1e-4, where eager gives 0 and inf)."""
+    g = G()
+    x = g.param(dtype, (B, 20))
+    g.op("prod", g.op("mul", x, 1.0), axis=(1,))
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    npdt = groups.np_dtype(dtype)
+    rows = np.ones((4, 20), np.float32)
+    rows[0, :4] = [1e-30, 1e-30, 1e30, 1e30] if dtype == "f32" else [1e-4, 1e-4, 1e-4, 1e4]
+    rows[1, :3] = [1e-30, 1e-30, np.inf] if dtype == "f32" else [1e-4, 1e-4, np.inf]
+    rows[2, :20] = [1e4] * 10 + [1e-4] * 10
+    rows[3, :5] = [2.0, -3.0, 0.5, np.nan, 1.0]
+    a = rows.astype(npdt)
+    (out,) = [o for o in k([a]) if o.ndim == 1]
+    (ref,) = [r for r in reference(fn, [a]) if r.ndim == 1]
+    np.testing.assert_array_equal(out, ref)
+    # (float16's [1e-4, 1e-4, inf]: 1e-8 * inf in float32 is inf)
+    assert out[0] == 0 and np.isinf(out[2]) and (np.isnan(out[1]) if dtype == "f32" else np.isinf(out[1]))
