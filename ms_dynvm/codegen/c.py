@@ -474,7 +474,7 @@ class CRenderer:
         # No block around a step: its accumulators and post statements (row statistics) are read by
         # the later steps of the nest. Every name is unique, so nothing clashes.
         self._plain(step.pre)
-        ms8 = step.is_reduce and bool(step.inner) and step.order == "ms8"
+        ms8 = step.is_reduce and bool(step.inner) and step.order in ("ms8", "ms8r")
         lanes = step.is_reduce and not self.strict and bool(step.inner) and step.order == "lanes"
         if ms8 and (len(step.inner) != 1 or any(acc.kind != "sum" for acc in step.accs)):
             raise ValueError("the ms8 order is for sums over one axis")
@@ -528,8 +528,8 @@ class CRenderer:
         self.open("")
         for line in ctx.base_decls():
             self.emit(line)
-        if step.is_reduce and step.order == "ms8":
-            self._ms8_loop(step, var, n, body)
+        if step.is_reduce and step.order in ("ms8", "ms8r"):
+            self._ms8_loop(step, var, n, body, quad=step.order == "ms8")
         elif not step.is_reduce:
             if not self.strict:
                 self.emit("#pragma GCC ivdep")
@@ -570,10 +570,11 @@ class CRenderer:
         self.close()
         return base
 
-    def _ms8_loop(self, step: Step, var: str, n: str, body: list) -> None:
+    def _ms8_loop(self, step: Step, var: str, n: str, body: list, quad: bool = True) -> None:
         """A sum in MindSpore CPU's float32 softmax order (Step.order "ms8"): LANES partial sums over
         the whole blocks of LANES, added in lane order; then one block of 4 (if 4 remain), added in
-        lane order; then the rest in index order."""
+        lane order; then the rest in index order. Without `quad` (Step.order "ms8r", its float32
+        ReduceSum along the last axis of a matrix) no block of 4: the rest in index order."""
         base = self._lane_blocks(step, var, n, body)
         self.open(f"if ({base} > 0)")
         for acc in step.accs:
@@ -582,6 +583,9 @@ class CRenderer:
             self.emit(f"for (int l = 1; l < {LANES}; l++) {acc.var}_h += {acc.var}_l[l];")
             self.emit(f"{acc.var} += {acc.var}_h;")
         self.close()
+        if not quad:
+            self._acc_loop(step, var, base, n, body)
+            return
         self.open(f"if ({n} - {base} >= 4)")
         for acc in step.accs:
             self.emit(f"{_CT[acc.ctype]} {acc.var}_q[4];")

@@ -251,7 +251,8 @@ class Step:
     # default: vectorisable), "seq" (one accumulator in index order), "ms8" (MindSpore CPU's float32
     # softmax sum along the last axis: 8 partial accumulators over the whole blocks of 8, summed in
     # lane order; then one block of 4 if 4 remain, summed in lane order and added; then the rest one
-    # by one: nnacl's AVX, SSE and scalar stages).
+    # by one: nnacl's AVX, SSE and scalar stages), "ms8r" (MindSpore CPU's float32 ReduceSum/Mean
+    # along the last axis of a matrix: as "ms8" without the block of 4).
     order: str = "lanes"
 
     @property
@@ -320,6 +321,19 @@ def _const_of(value, dtype: str):
     with np.errstate(all="ignore"):
         v = np.asarray(value).astype(dtypes.to_numpy(dtype))
     return v.item()
+
+
+def ms_sum_order(op: str, rank: int, axes: tuple) -> str | None:
+    """The order MindSpore 2.10 CPU adds a float32 sum or mean in (measured bit-equal over shapes
+    and axes, ad hoc, session 15), as a Step.order, or None where it adds in float64 and rounds once
+    (the kernels' default): along the last axis of a matrix "ms8r" (8 partial sums over the whole
+    blocks of 8, added in lane order, then the rest one by one), sums along the first axis of a
+    tensor of rank >= 2 "seq" (in index order). A mean is that sum, rounded, over n in float32."""
+    if rank == 2 and tuple(axes) == (1,):
+        return "ms8r"
+    if op == "sum" and rank >= 2 and tuple(axes) == (0,):
+        return "seq"
+    return None
 
 
 # --- lowering -----------------------------------------------------------------------------------
@@ -864,9 +878,14 @@ class _Lower:
         for a in axes:
             n = ix_mul(n, ix_dim(xt.shape[a]))
         kind = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[op]
+        ms_order = None
         if kind in ("sum", "prod"):
             elem_dt = rt.dtype  # the interpreter casts x to the result dtype first
-            if kind == "prod" and elem_dt in ("f32", "f16", "bf16"):
+            if kind == "sum" and elem_dt == "f32" and self.eager_math:
+                ms_order = ms_sum_order(op, xt.rank, axes)
+            if ms_order is not None:
+                acc_ct = "f32"  # MindSpore's own float32 order (ms_sum_order)
+            elif kind == "prod" and elem_dt in ("f32", "f16", "bf16"):
                 # MindSpore multiplies float32/float16 products in float32, as the interpreter does: a
                 # float64 product missed eager's underflow to 0 and overflow to inf (0 * inf = NaN there).
                 acc_ct = "f32"
@@ -885,17 +904,25 @@ class _Lower:
                                     "f64" if acc_ct == "f64" else elem_dt)
 
             step, acc = self._reduction_step(x_eval, xt.shape, axes, outer_vars, kind, acc_ct)
-            r = acc
-            if op == "mean":
+            if ms_order is not None:
+                step.order = ms_order
+            r, r_ct = acc, acc_ct
+            if op == "mean" and elem_dt == "f32" and self.eager_math:
+                # MindSpore: the float32 sum (its order, or float64 rounded), then / n in float32
+                if r_ct == "f64":
+                    r = self.op("f32", "cast", r, src="f64", dst="f32")
+                r = self.op("f32", "div_plain", r, self.op("f32", "cast", self._size_var(n), src="i64", dst="f32"))
+                r_ct = "f32"
+            elif op == "mean":
                 r = self.op("f64", "div_plain", acc, self.op("f64", "cast", self._size_var(n), src="i64",
                                                             dst="f64"))
-            if acc_ct == "f64" and rt.dtype != "f64":
+            if r_ct == "f64" and rt.dtype != "f64":
                 r = self.op("f32", "cast", r, src="f64", dst="f32")
                 r = self.rounded(r, rt.dtype)
-            elif acc_ct == "f32" and rt.dtype != "f32":
-                r = self.rounded(r, rt.dtype)
-            elif acc_ct == "i64" and rt.dtype != "i64":
+            elif r_ct == "i64" and rt.dtype != "i64":
                 r = self.op(ctype_of(rt.dtype), "cast", r, src="i64", dst=rt.dtype)
+            elif r_ct == "f32" and rt.dtype != "f32":
+                r = self.rounded(r, rt.dtype)
             natural = self._natural(xt.shape, axes, kept, outer_vars, ins.attrs["keepdims"])
             self._materialise(out, rt.dtype, buf, natural, r)
             step.post = self.code

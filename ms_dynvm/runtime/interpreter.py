@@ -811,6 +811,33 @@ def _finish(r, x: np.ndarray, axes, keepdims: bool) -> np.ndarray:
     return r if keepdims else r.reshape([d for i, d in enumerate(x.shape) if i not in axes])
 
 
+def _sum_f32_ms(op: str, x: np.ndarray, axes: tuple) -> np.ndarray:
+    """MindSpore 2.10 CPU's float32 sum of `x` over `axes` (keepdims), as the kernels compute it
+    (codegen/spec.py `ms_sum_order`; measured bit-equal over shapes and axes, session 15): along the
+    last axis of a matrix 8 partial sums over the whole blocks of 8, added in lane order, then the
+    rest one by one; for a sum (not a mean) along the first axis of a tensor of rank >= 2, in index
+    order; otherwise in float64, rounded once."""
+    with np.errstate(all="ignore"):
+        if x.ndim == 2 and axes == (1,):
+            n = x.shape[1]
+            k = n - n % 8
+            lanes = np.zeros((x.shape[0], 8), F32)
+            for j in range(0, k, 8):
+                lanes = lanes + x[:, j:j + 8]  # (float32 + float32: rounded to float32)
+            s = lanes[:, 0]
+            for j in range(1, 8):
+                s = s + lanes[:, j]
+            for j in range(k, n):
+                s = s + x[:, j]
+            return s.reshape(-1, 1)
+        if op == "sum" and x.ndim >= 2 and axes == (0,):
+            s = np.zeros(x.shape[1:], F32)
+            for i in range(x.shape[0]):
+                s = s + x[i]
+            return s[None]
+        return np.sum(x, axis=axes, dtype=F64, keepdims=True).astype(F32)
+
+
 @_impl("sum", "prod")
 def _sum_prod(op, args, attrs):
     x = args[0]
@@ -819,6 +846,8 @@ def _sum_prod(op, args, attrs):
         out = dtypes.to_numpy(attrs["dtype"])
     else:
         out = I64 if x.dtype.kind in "biu" else x.dtype
+    if op == "sum" and out == F32:
+        return _finish(_sum_f32_ms(op, _cast(x, out), axes), x, axes, attrs["keepdims"])
     fn = np.sum if op == "sum" else np.prod
     r = fn(_cast(x, out), axis=axes, dtype=_acc(out), keepdims=True)
     return _finish(r, x, axes, attrs["keepdims"]).astype(out)
@@ -844,6 +873,9 @@ def _mean(args, attrs):
         with np.errstate(all="ignore"):
             q = _x86_int(sd, out).astype(np.float32) / np.float32(n)
         r = _x86_int(q.astype(F64), out)
+    elif out == F32:  # MindSpore: its float32 sum (_sum_f32_ms), then / n in float32
+        with np.errstate(all="ignore"):
+            r = _sum_f32_ms("mean", xc, axes) / np.float32(n)
     else:
         r = np.sum(xc, axis=axes, dtype=_acc(out), keepdims=True) / np.asarray(n, _acc(out))
     return _finish(r, x, axes, attrs["keepdims"]).astype(out)

@@ -567,3 +567,27 @@ def test_prod_over_and_underflows_as_the_interpreter(cache, dtype):
     np.testing.assert_array_equal(out, ref)
     # (float16's [1e-4, 1e-4, inf]: 1e-8 * inf in float32 is inf)
     assert out[0] == 0 and np.isinf(out[2]) and (np.isnan(out[1]) if dtype == "f32" else np.isinf(out[1]))
+
+
+@pytest.mark.parametrize("op,axis,rank", [("sum", 1, 2), ("mean", 1, 2), ("sum", 0, 2), ("sum", 0, 3), ("mean", 0, 2),
+                                          ("sum", 1, 3), ("mean", 2, 3), ("sum", None, 2)])
+def test_float32_sums_bit_equal_to_the_interpreter(cache, op, axis, rank):
+    """Fused float32 sums and means in MindSpore's own order (spec.ms_sum_order: 8 partial sums along
+    the last axis of a matrix, index order along the first axis, else float64 rounded once; a mean
+    divides the rounded sum by n in float32): bit-equal to the interpreter, which is bit-equal to
+    MindSpore (test_interpreter), for row lengths around the blocks of 8 and with NaN/inf."""
+    g = G()
+    shape = (B, S) if rank == 2 else (B, S, 3)
+    x = g.param("f32", shape)
+    g.op(op, g.op("mul", x, 1.5), axis=None if axis is None else (axis,))
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    rng = np.random.default_rng(11)
+    for b, s in ((2, 3), (5, 8), (3, 13), (4, 21), (2, 64), (7, 101)):
+        a = (rng.standard_normal((b, s) if rank == 2 else (b, s, 3)) * 3).astype(np.float32)
+        if b * s > 20:
+            a.reshape(-1)[[3, 17]] = [np.nan, np.inf]
+        out = [o for o in k([a]) if o.shape != a.shape]
+        ref = [r for r in reference(fn, [a]) if r.shape != a.shape]
+        assert len(out) == len(ref) == 1
+        assert np.array_equal(out[0].view(np.uint32), ref[0].view(np.uint32)), (b, s, out[0], ref[0])

@@ -1512,3 +1512,26 @@ def test_float32_erf_and_square_pow_bit_equal_to_mindspore(mst):
         want = (mst.Tensor(x) ** p).asnumpy()
         got = IMPLS["pow"]([x, p], {})
         assert got.dtype == np.float32 and np.array_equal(got, want, equal_nan=True), p
+
+
+@pytest.mark.parametrize("shape,axis", [((40, 37), -1), ((300, 8), 1), ((5, 7), 1), ((3, 1001), -1), ((1, 64), 1),
+                                        ((37, 6), 0), ((37, 6, 9), 0), ((8, 37, 5), 1), ((4, 5, 37), -1),
+                                        ((2000,), 0), ((30, 37), None), ((5, 7, 9), (1, 2)), ((5, 7, 9), (0, 2))])
+def test_float32_sum_and_mean_bit_equal_to_mindspore(mst, shape, axis):
+    """float32 sum and mean in MindSpore 2.10 CPU's own order (`_sum_f32_ms`): bit-equal on random
+    values with NaN and inf in a few rows, for the last axis of a matrix (8 partial sums), the first
+    axis (a sum in index order, a mean in float64), and the rest (float64, rounded once)."""
+    rng = np.random.default_rng(len(shape) * 100 + shape[-1])
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.integers(0, flat.size, 3)] = [np.nan, np.inf, -np.inf]
+    t = mst.Tensor(x)
+    axes = None if axis is None else ((axis,) if isinstance(axis, int) else axis)
+    for op, fn in (("sum", mst.ops.sum), ("mean", mst.ops.mean)):
+        for keep in (False, True):
+            want = (fn(t, axis, keep) if axis is not None else fn(t)).asnumpy()
+            if axis is None and keep:
+                continue
+            got = IMPLS[op]([x], opcodes.full_attrs(op, {"axis": axes, "keepdims": keep}))
+            assert got.dtype == want.dtype and got.shape == want.shape, (op, got.shape, want.shape)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (op, keep, got, want)
