@@ -213,6 +213,8 @@ def c_op(op: Op, ct: str) -> str:
     if fn == "fmod":
         return f"({a[0]} - {_kept(f'{trunc}({a[0]} / {a[1]}) * {a[1]}', ct)})"
     if fn == "pow":
+        if ct == "f32":  # in double, rounded once, as the interpreter (powf was 1 ulp off eager's x ** 2
+            return f"(float)pow((double)({a[0]}), (double)({a[1]}))"  # with a tensor exponent 2)
         return f"{_fsuffix(ct, 'pow')}({a[0]}, {a[1]})"
     if fn == "atan2":
         return f"{_fsuffix(ct, 'atan2')}({a[0]}, {a[1]})"
