@@ -118,7 +118,7 @@ def _fsuffix(ct: str, name: str) -> str:
 
 
 # Ops that follow MindSpore CPU's own float32 formulas under `eager_math` (cmath._EAGER_C).
-EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish", "sigmoid", "elu")
+EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish", "sigmoid", "elu", "erf", "erfc")
 
 
 def _kept(expr: str, ct: str) -> str:
@@ -214,9 +214,11 @@ def c_op(op: Op, ct: str) -> str:
         return f"({a[0]} - {_kept(f'{trunc}({a[0]} / {a[1]}) * {a[1]}', ct)})"
     if fn == "pow":
         if ct == "f32":  # in double, rounded once, as the interpreter (powf was 1 ulp off eager's x ** 2
-            return f"(float)pow((double)({a[0]}), (double)({a[1]}))"  # with a tensor exponent 2)
+            return f"dvm_powf_d({a[0]}, {a[1]})"  # with a tensor exponent 2; see cmath)
         return f"{_fsuffix(ct, 'pow')}({a[0]}, {a[1]})"
     if fn == "atan2":
+        if ct == "f32":
+            return f"dvm_atan2f_d({a[0]}, {a[1]})"
         return f"{_fsuffix(ct, 'atan2')}({a[0]}, {a[1]})"
     if fn == "lerp":
         return f"({a[0]} + {a[2]} * ({a[1]} - {a[0]}))"
@@ -231,6 +233,8 @@ def c_op(op: Op, ct: str) -> str:
         return f"({m} < INFINITY ? {r} : ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : -INFINITY))"
     if fn == "fma":
         return f"({a[0]} * {a[1]} + {a[2]})"
+    if fn in ("sin", "cos", "tan") and ct == "f32":  # in double, rounded once (see cmath)
+        return f"dvm_{fn}f_d({x})"
     if fn in ("sqrt", "floor", "ceil", "trunc", "sin", "cos", "tan"):
         return f"{_fsuffix(ct, fn)}({x})"
     if fn == "round":

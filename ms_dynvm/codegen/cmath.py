@@ -79,6 +79,17 @@ static inline float dvm_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; 
    which changes no value) keeps the multiply and the add apart, still vectorised (c.py: mul). */
 static inline float dvm_keepf(float p) { return p != p ? p + 0.0f : p; }
 static inline double dvm_keepd(double p) { return p != p ? p + 0.0 : p; }
+/* float32 pow as the interpreter computes it: in double, rounded once. Not inlined: GCC 12 at -O3
+   dropped the float rounding of an inline `(float)pow(...)` whose result was widened again for a
+   double accumulator (a fused mean of squares summed the unrounded squares: 1 ulp off eager). */
+__attribute__((noinline)) static float dvm_powf_d(float x, float y) { return (float)pow((double)x, (double)y); }
+/* float32 atan2, sin, cos, tan and erfc the same way, as the interpreter (and eager, measured: glibc's
+   atan2f, sinf, cosf and tanf were 1 ulp off on 1-15% of inputs). Scalar, as the calls they replace. */
+__attribute__((noinline)) static float dvm_atan2f_d(float y, float x) { return (float)atan2((double)y, (double)x); }
+__attribute__((noinline)) static float dvm_sinf_d(float x) { return (float)sin((double)x); }
+__attribute__((noinline)) static float dvm_cosf_d(float x) { return (float)cos((double)x); }
+__attribute__((noinline)) static float dvm_tanf_d(float x) { return (float)tan((double)x); }
+__attribute__((noinline)) static float dvm_erfcf_d(float x) { return (float)erfc((double)x); }
 """
 
 _SHARED_C = r"""static inline float dvm_gelu_grad_tanh(float dy, float x) {
@@ -398,6 +409,10 @@ static inline float dvm_tanh_ms(float x) {
    0 for |x| < 6e-8, where the true functions give x. (dvm_exp is never -0: `+ 0.0f` keeps its rounding
    out of an fma with the subtraction.) */
 static inline float dvm_log1p_ms(float x) { return dvm_log(1.0f + x); }
+/* MindSpore's float32 erf is the C library's erff, its erfc the true function rounded (as the
+   interpreter: bit-equal to eager, measured; ms_dynvm's vectorised ones were 1 ulp off on 7-21%). */
+static inline float dvm_erf_ms(float x) { return erff(x); }
+static inline float dvm_erfc_ms(float x) { return dvm_erfcf_d(x); }
 static inline float dvm_expm1_ms(float x) { return (dvm_exp(x) + 0.0f) - 1.0f; }
 
 /* sigmoid, silu and elu as MindSpore builds them on its exp: 1 / (1 + e^-x), x * that,
