@@ -881,7 +881,8 @@ class _Lower:
         ms_order = None
         if kind in ("sum", "prod"):
             elem_dt = rt.dtype  # the interpreter casts x to the result dtype first
-            if kind == "sum" and elem_dt == "f32" and self.eager_math:
+            if kind == "sum" and elem_dt in ("f32", "bf16") and self.eager_math:
+                # (bfloat16, which MindSpore CPU does not reduce, as the interpreter: its float32 values)
                 ms_order = ms_sum_order(op, xt.rank, axes)
             if ms_order is not None:
                 acc_ct = "f32"  # MindSpore's own float32 order (ms_sum_order)
@@ -907,7 +908,7 @@ class _Lower:
             if ms_order is not None:
                 step.order = ms_order
             r, r_ct = acc, acc_ct
-            if op == "mean" and elem_dt == "f32" and self.eager_math:
+            if op == "mean" and elem_dt in ("f32", "bf16") and self.eager_math:
                 # MindSpore: the float32 sum (its order, or float64 rounded), then / n in float32
                 if r_ct == "f64":
                     r = self.op("f32", "cast", r, src="f64", dst="f32")

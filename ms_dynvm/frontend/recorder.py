@@ -600,12 +600,11 @@ class Recording:
         self.warnings: list = []  # writes to inputs inside the scope (see the class doc)
         self._snaps: dict = {}  # input index -> its value (NumPy copy) when the program first read it
         self._epoch = None
-        # Per opaque call, in program order: (name, the dispatched op, its arguments with each tensor
-        # a _Slot, the tensors' MindSpore dtypes); see call_handler.
-        self._calls: list = []
-        self._call_index: dict | None = None
+        # Per opaque call, by its result registers: (name, the dispatched op, its arguments with each
+        # tensor a _Slot, the tensors' MindSpore dtypes); see call_handler.
+        self._calls: dict = {}
 
-    def _add_call(self, name: str, func, args) -> None:
+    def _add_call(self, name: str, func, args, outs: tuple) -> None:
         dts: list = []
 
         def template(obj):
@@ -618,20 +617,17 @@ class Recording:
                 return _Slot(len(dts) - 1)
             return obj
 
-        self._calls.append((name, func, template(args), tuple(dts)))
+        self._calls[tuple(int(r) for r in outs)] = (name, func, template(args), tuple(dts))
 
     def call_handler(self, instr, operands) -> tuple:
         """Runs a `call` instruction of `program` (an op the VM does not model) by running the
         recorded MindSpore op again on `operands` (NumPy arrays, made MindSpore tensors of the
         recorded dtypes), with the op's other arguments as recorded: what `interpret(program, ...)`
         uses by default in this process. A random op draws new values."""
-        if self._call_index is None:
-            calls = [i for i in self.program.instrs() if i.op == "call"]
-            self._call_index = {id(i): k for k, i in enumerate(calls)}
-        k = self._call_index.get(id(instr))
-        if k is None or k >= len(self._calls):
+        found = self._calls.get(tuple(int(r) for r in instr.outs))
+        if found is None:
             raise RuntimeError(f"call {instr.attrs.get('target')!r} is not one this recording made")
-        name, func, template, dts = self._calls[k]
+        name, func, template, dts = found
         if name != instr.attrs.get("target") or len(operands) != len(dts):
             raise RuntimeError(f"call {instr.attrs.get('target')!r} does not match the recorded {name!r}")
         from mindspore import Tensor as _T
@@ -639,7 +635,7 @@ class Recording:
         def fill(obj):
             t = type(obj)
             if t is _Slot:
-                v = _T(np.ascontiguousarray(operands[obj.i]))
+                v = _T(np.array(operands[obj.i], order="C"))  # (ascontiguousarray makes 0-d 1-d)
                 return v if v.dtype == dts[obj.i] else v.astype(dts[obj.i])
             if t is tuple:
                 return tuple(fill(x) for x in obj)
@@ -1478,13 +1474,13 @@ class Recorder:
     def _record_call(self, name: str, args: tuple, out) -> None:
         """An op the VM does not model: one opaque `call` over its tensor arguments, ending the block."""
         METRICS.ops_opaque[name] += 1
-        if self.recording is not None:
-            self.recording._add_call(name, self.cur_func, args)
         block = self._open_block()
         regs = [self._reg_of(t) for t in _flat_tensors(args, [])]
         res = _flat_tensors(out, [])
         types = [tensor_type(t) for t in res]
         outs = self._emit(block, "call", regs, (1 << len(regs)) - 1, {"target": name}, types)
+        if self.recording is not None:  # (after the instruction exists: keyed by its results)
+            self.recording._add_call(name, self.cur_func, args, outs)
         # A legacy primitive with side effects wrote some of its tensor inputs (which ones MindSpore
         # does not say): their registers are stale, their next use reads the tensor again (before the
         # results are bound: a result may be one of them).

@@ -678,16 +678,18 @@ def test_ops_seen_covered():
 
 def test_loss_and_scatter_forms_left_opaque():
     """Forms the lowerings do not follow stay opaque calls (normalize gives None): ScatterNd of bool
-    updates (MindSpore ors duplicates), the losses in float16 (their lowerings follow MindSpore's
+    updates (MindSpore ors duplicates) or float16 ones (it adds them in float32), the losses in float16 (their lowerings follow MindSpore's
     float32 kernels) and SmoothL1LossGrad under reduction mean (it divides by the element count)."""
     h16 = _f(4, 6).astype(ms.float16)
     calls = capture(lambda: ops.scatter_nd(_i([[0], [1]]), _f(2, 3) > 0, (3, 3)),
+                    lambda: ops.scatter_nd(_i([[0], [0]]), _f(2, 3).astype(ms.float16), (3, 3)),
                     lambda: ops.binary_cross_entropy_with_logits(h16, h16, None, None, "mean"),
                     lambda: nn.SmoothL1Loss(1.0)(h16, h16),
                     lambda: _vg(lambda x: nn.SmoothL1Loss(1.0, "mean")(x, X4 * 0.5), X4 * 3))
     picked = [c for c in calls if c.name in ("ScatterNd", "BCEWithLogitsLoss", "SmoothL1LossGrad")
               or (c.name == "SmoothL1Loss" and c.args[0].dtype == ms.float16)]
-    assert sorted(c.name for c in picked) == ["BCEWithLogitsLoss", "ScatterNd", "SmoothL1Loss", "SmoothL1LossGrad"]
+    assert sorted(c.name for c in picked) == ["BCEWithLogitsLoss", "ScatterNd", "ScatterNd", "SmoothL1Loss",
+                                              "SmoothL1LossGrad"]
     assert all(N.normalize(c.name, c.args) is None for c in picked)
 
 

@@ -817,3 +817,22 @@ def test_interpret_reruns_opaque_calls_through_mindspore(tmp_path):
 
     ms_dynvm.interpret(rec.program, rec.input_arrays(), call_handler=mine)
     assert seen == ["TopK", "Eye", "Range", "Sort"]
+
+
+def test_interpret_replays_0d_operands_and_survives_a_failed_call_record():
+    """The replay keeps a 0-d operand 0-d (Erfinv of a sum), and a call whose recording failed
+    (cummax of uint16: no VM dtype, counted in rec.errors) does not shift the later calls' arguments
+    (they are keyed by their result registers, not by their position): a held-out review found
+    interpret rerunning the second cummax with the first one's axis and dtype."""
+    from mindspore import ops
+
+    x = ms.Tensor(np.array([[3.0, 1.0, 2.0], [0.0, 4.0, -1.0]], np.float32))
+    u = ms.Tensor(np.array([[1, 5, 2], [7, 0, 3]], np.uint16))
+    with ms_dynvm.record() as rec:
+        e = ops.erfinv(x.sum() * 0.05) + x
+        ops.cummax(u, 1)
+        y = ops.cummax(x * 1.0, 0)[0] * 2.0
+    assert rec.errors
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
+    for t in (e, y):
+        np.testing.assert_array_equal(got[rec.output_index(t)], t.asnumpy())
