@@ -1164,6 +1164,17 @@ def _f32_only(*tensors) -> None:
 
 
 @_in_order
+def _reduce_std(a, prim):
+    """ReduceStd(x, axis, unbiased, keep_dims) -> (std, mean): sqrt of var (correction 1 if unbiased)
+    and the mean (ops.std, ops.std_mean, Tensor.std)."""
+    x, axis, unbiased, keep = a
+    attrs = {"axis": _axes(axis), "keepdims": _bool(keep)}
+    return Lowering([("mean", (_t(x),), {**attrs, "dtype": None}),
+                     ("var", (x,), {**attrs, "correction": 1 if _bool(unbiased) else 0}),
+                     ("sqrt", (Tmp(1),), {})], (Tmp(2), Tmp(0)))
+
+
+@_in_order
 def _bce_with_logits(a, prim):
     """BCEWithLogitsLoss(x, y, weight, pos_weight, reduction): w * ((1 - y) * x + (1 + (pw - 1) * y) *
     softplus(-x)), then the reduction (MindSpore's formula, whose log1p(exp(-|x|)) + max(-x, 0) is
@@ -1702,6 +1713,7 @@ _reg("IndexSelect", _index_select)
 _reg("TensorScatterAdd", _scatter_nd("tensor_scatter_add"))
 _reg("ScatterNd", _scatter_nd_new)
 _reg("BCEWithLogitsLoss", _bce_with_logits)
+_reg("ReduceStd", _reduce_std)
 _reg("SmoothL1Loss", _smooth_l1_loss)
 _reg("SmoothL1LossGrad", _smooth_l1_loss_grad)
 _reg("TensorScatterUpdate", _scatter_nd("tensor_scatter_update"))
