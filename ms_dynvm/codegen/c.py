@@ -118,7 +118,7 @@ def _fsuffix(ct: str, name: str) -> str:
 
 
 # Ops that follow MindSpore CPU's own float32 formulas under `eager_math` (cmath._EAGER_C).
-EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish", "sigmoid", "elu", "erf", "erfc")
+EAGER_MATH_OPS = ("exp", "expm1", "log1p", "tanh", "mish", "sigmoid", "elu", "erf", "erfc", "log")
 
 
 def _kept(expr: str, ct: str) -> str:

@@ -28,7 +28,7 @@ EXPRS = {
     "gelu_grad_erf": "dvm_gelu_grad_erf(d[i], x[i])",
     "gelu_grad_tanh": "dvm_gelu_grad_tanh(d[i], x[i])",
     # MindSpore's formulas (eager_math, the default)
-    **{f"{f}_ms": f"dvm_{f}_ms(x[i])" for f in ("exp", "expm1", "log1p", "tanh", "sigmoid", "mish")},
+    **{f"{f}_ms": f"dvm_{f}_ms(x[i])" for f in ("exp", "expm1", "log1p", "tanh", "sigmoid", "mish", "log")},
     "silu_ms": "x[i] * dvm_sigmoid_ms(x[i])",
     "elu_ms": "dvm_elu_ms(x[i], 1.0f)",
     "keepf_product": "dvm_keepf(x[i] * d[i]) + 1.0f",
