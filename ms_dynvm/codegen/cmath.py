@@ -79,6 +79,21 @@ static inline float dvm_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; 
    which changes no value) keeps the multiply and the add apart, still vectorised (c.py: mul). */
 static inline float dvm_keepf(float p) { return p != p ? p + 0.0f : p; }
 static inline double dvm_keepd(double p) { return p != p ? p + 0.0 : p; }
+/* x > 0 finite (subnormals too) as 2^e * m, m in [sqrt(1/2), sqrt(2)): both exact. */
+static inline float dvm_log_reduce(float x, int32_t *e) {
+    int sub = x < 1.17549435e-38f;
+    float xs = sub ? x * 8388608.0f : x;
+    int32_t u = (int32_t)(dvm_f2u(xs) - 0x3f3504f3u);
+    *e = (u >> 23) - (sub ? 23 : 0);
+    return dvm_u2f(((uint32_t)u & 0x007fffffu) + 0x3f3504f3u);
+}
+
+/* log(x) from its core value r (x > 0 finite): +Inf and NaN pass, log(+-0) = -Inf, x < 0 is NaN. */
+static inline float dvm_log_special(float x, float r) {
+    r = x < INFINITY ? r : x;
+    r = x == 0.0f ? -INFINITY : r;
+    return x < 0.0f ? NAN : r;
+}
 /* float32 pow as the interpreter computes it: in double, rounded once. Not inlined: GCC 12 at -O3
    dropped the float rounding of an inline `(float)pow(...)` whose result was widened again for a
    double accumulator (a fused mean of squares summed the unrounded squares: 1 ulp off eager). */
@@ -198,11 +213,8 @@ static inline float dvm_expm1(float x) {
 static inline float dvm_log_core(float x) {
     const float LN2_HI = 0.693145751953125f;
     const float LN2_LO = 1.428606765330187e-06f;
-    int sub = x < 1.17549435e-38f;
-    float xs = sub ? x * 8388608.0f : x;
-    int32_t u = (int32_t)(dvm_f2u(xs) - 0x3f3504f3u);
-    int32_t e = (u >> 23) - (sub ? 23 : 0);
-    float m = dvm_u2f(((uint32_t)u & 0x007fffffu) + 0x3f3504f3u);
+    int32_t e;
+    float m = dvm_log_reduce(x, &e);
     float f = m - 1.0f;
     float s = f / (2.0f + f);
     float z = s * s;
@@ -213,11 +225,7 @@ static inline float dvm_log_core(float x) {
     return ef * LN2_HI + (ef * LN2_LO + l1p);
 }
 
-static inline float dvm_log(float x) {
-    float r = x < INFINITY ? dvm_log_core(x) : x;   /* +Inf and NaN */
-    r = x == 0.0f ? -INFINITY : r;
-    return x < 0.0f ? NAN : r;
-}
+static inline float dvm_log(float x) { return dvm_log_special(x, dvm_log_core(x)); }
 
 static inline float dvm_log1p(float x) {
     float u = 1.0f + x;
@@ -405,58 +413,50 @@ static inline float dvm_tanh_ms(float x) {
     return x < -5.0f ? -1.0f : r;
 }
 
-/* MindSpore's log1p and expm1 are logf(1 + x) and expf(x) - 1 in float32 (bit for bit against glibc's):
-   0 for |x| < 6e-8, where the true functions give x. (the exp is never -0: `+ 0.0f` keeps its rounding
-   out of an fma with the subtraction.) */
 /* log and exp of a float computed in double and rounded once: the correctly rounded value but in
    about 1 of 10,000 inputs (near-halfway cases: checked over all 2^32 floats against glibc's logf and
    expf, which differ there, glibc being the one off in the cases looked at), vectorised. What the
-   interpreter computes (a float64 function rounded once). */
-/* log of a float x > 0 (finite; subnormals too), computed in double and rounded once. */
+   interpreter computes (a float64 function rounded once). ln2 in two parts: e * LN2D_HI is exact. */
+static const double LN2D_HI = 0.693147180369123816490;   /* 0x3fe62e42fee00000 */
+static const double LN2D_LO = 1.90821492927058770002e-10;
+
 static inline float dvm_log_cr_core(float x) {
-    int sub = x < 1.17549435e-38f;
-    float xs = sub ? x * 8388608.0f : x;
-    int32_t u = (int32_t)(dvm_f2u(xs) - 0x3f3504f3u);
-    int32_t e = (u >> 23) - (sub ? 23 : 0);
-    float m = dvm_u2f(((uint32_t)u & 0x007fffffu) + 0x3f3504f3u);   /* [sqrt(1/2), sqrt(2)) */
-    double f = (double)m - 1.0;
-    double s = f / (2.0 + f);
+    int32_t e;
+    double f = (double)dvm_log_reduce(x, &e) - 1.0;
+    double s = f / (2.0 + f);                   /* log(m) = 2 atanh(s) = 2s (1 + s^2/3 + s^4/5 + ...) */
     double z = s * s;
     double p = 1.0 / 23.0;
     p = p * z + 1.0 / 21.0; p = p * z + 1.0 / 19.0; p = p * z + 1.0 / 17.0; p = p * z + 1.0 / 15.0;
     p = p * z + 1.0 / 13.0; p = p * z + 1.0 / 11.0; p = p * z + 1.0 / 9.0; p = p * z + 1.0 / 7.0;
     p = p * z + 1.0 / 5.0; p = p * z + 1.0 / 3.0; p = p * z + 1.0;
-    const double LN2_HI = 0.693147180369123816490;   /* 0x3fe62e42fee00000 */
-    const double LN2_LO = 1.90821492927058770002e-10;
     double ed = (double)e;
-    return (float)(ed * LN2_HI + (2.0 * s * p + ed * LN2_LO));
+    return (float)(ed * LN2D_HI + (2.0 * s * p + ed * LN2D_LO));
 }
-static inline float dvm_log_cr(float x) {
-    float r = x < INFINITY ? dvm_log_cr_core(x) : x;
-    r = x == 0.0f ? -INFINITY : r;
-    return x < 0.0f ? NAN : r;
-}
+static inline float dvm_log_cr(float x) { return dvm_log_special(x, dvm_log_cr_core(x)); }
+
 /* exp of a float, computed in double and rounded once (NaN passes, +Inf past 88.73, 0 below). */
 static inline float dvm_exp_cr(float x) {
     float xc = 89.0f < x ? 89.0f : x;
     xc = -105.0f > xc ? -105.0f : xc;
     double xd = (double)xc;
-    double kd = xd * 1.4426950408889634074 + 6755399441055744.0;
+    double kd = xd * 1.4426950408889634074 + 6755399441055744.0;   /* rint(x / ln2) in the low bits */
     double n = kd - 6755399441055744.0;
-    const double LN2_HI = 0.693147180369123816490;
-    const double LN2_LO = 1.90821492927058770002e-10;
-    double r = (xd - n * LN2_HI) - n * LN2_LO;
-    double p = 1.0 / 6227020800.0;
+    double r = (xd - n * LN2D_HI) - n * LN2D_LO;
+    double p = 1.0 / 6227020800.0;                                   /* Taylor, degree 13 */
     p = p * r + 1.0 / 479001600.0; p = p * r + 1.0 / 39916800.0; p = p * r + 1.0 / 3628800.0;
     p = p * r + 1.0 / 362880.0; p = p * r + 1.0 / 40320.0; p = p * r + 1.0 / 5040.0; p = p * r + 1.0 / 720.0;
     p = p * r + 1.0 / 120.0; p = p * r + 1.0 / 24.0; p = p * r + 1.0 / 6.0; p = p * r + 0.5;
     p = p * r + 1.0; p = p * r + 1.0;
     uint64_t kb; memcpy(&kb, &kd, 8);
-    uint64_t sb = ((kb & 0xffffffffull) + 1023ull) << 52;
+    uint64_t sb = ((kb & 0xffffffffull) + 1023ull) << 52;             /* 2^n */
     double sc; memcpy(&sc, &sb, 8);
     float res = (float)(p * sc);
     return x == x ? res : x;
 }
+
+/* MindSpore's log1p and expm1 are logf(1 + x) and expf(x) - 1 in float32 (bit for bit against glibc's):
+   0 for |x| < 6e-8, where the true functions give x. (The exp is never -0: `+ 0.0f` keeps its rounding
+   out of an fma with the subtraction.) */
 static inline float dvm_log1p_ms(float x) { return dvm_log_cr(1.0f + x); }
 static inline float dvm_expm1_ms(float x) { return (dvm_exp_cr(x) + 0.0f) - 1.0f; }
 /* The log op: MindSpore's own Log is not reproduced (README), the interpreter's is followed. */

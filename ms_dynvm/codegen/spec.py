@@ -33,11 +33,12 @@ How a group is lowered
   the last axis thus become one nest: for each row, max pass, sum pass, output pass.
 - All outputs of the same shape are stored by one map step (tier 1 returns every op's result).
 - Numerics: each value is computed in its dtype's compute type (f16/bf16 in f32, rounded to the
-  dtype after every op, as the reference interpreter does); float sums, means, float64 products and
-  the norm statistics accumulate in float64 (float32/float16/bfloat16 products in float32, as
-  MindSpore and the reference: underflow to 0 and overflow to inf as eager) (the reference computes norms in float64; a float32
-  accumulator would drift by up to n*eps), except float32 softmax with `eager_math` (the default),
-  whose sum is MindSpore's own float32 sum in its order (`_lower_softmax`, `Step.order`); max/min
+  dtype after every op, as the reference interpreter does); float sums and means, float64 products
+  and the norm statistics accumulate in float64 (the reference computes norms in float64; a float32
+  accumulator would drift by up to n*eps), except: float32/float16/bfloat16 products, in float32 in
+  index order (as MindSpore and the reference: underflow to 0 and overflow to inf as eager); with
+  `eager_math` (the default) float32 softmax sums and the float32 sums and means that MindSpore adds
+  in its own float32 order (`interpreter.ms_sum_order`, `_lower_softmax`, `Step.order`); max/min
   follow the interpreter's NaN rule (first element NaN -> NaN, other NaNs ignored); softmax's max
   propagates NaN (IEEE semantics, as the reference).
 
@@ -60,6 +61,7 @@ from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import Sym, dim_mul
 from ms_dynvm.ir import registry
+from ms_dynvm.runtime.interpreter import ms_sum_order
 
 
 class CodegenError(Exception):
@@ -321,19 +323,6 @@ def _const_of(value, dtype: str):
     with np.errstate(all="ignore"):
         v = np.asarray(value).astype(dtypes.to_numpy(dtype))
     return v.item()
-
-
-def ms_sum_order(op: str, rank: int, axes: tuple) -> str | None:
-    """The order MindSpore 2.10 CPU adds a float32 sum or mean in (measured bit-equal over shapes
-    and axes, ad hoc, session 15), as a Step.order, or None where it adds in float64 and rounds once
-    (the kernels' default): along the last axis of a matrix "ms8r" (8 partial sums over the whole
-    blocks of 8, added in lane order, then the rest one by one), sums along the first axis of a
-    tensor of rank >= 2 "seq" (in index order). A mean is that sum, rounded, over n in float32."""
-    if rank == 2 and tuple(axes) == (1,):
-        return "ms8r"
-    if op == "sum" and rank >= 2 and tuple(axes) == (0,):
-        return "seq"
-    return None
 
 
 # --- lowering -----------------------------------------------------------------------------------
@@ -653,14 +642,13 @@ class _Lower:
             if rd not in ("f16", "f32"):
                 raise CodegenError(f"nan_to_num of {rd}")
             fi = np.finfo(dtypes.to_numpy(rd))
-            a = ins.attrs
-            pos = fi.max if a["posinf"] is None else a["posinf"]
-            neg = fi.min if a["neginf"] is None else a["neginf"]
+            pos = fi.max if attrs["posinf"] is None else attrs["posinf"]
+            neg = fi.min if attrs["neginf"] is None else attrs["neginf"]
             x = arg(0, rd)
             inf = self.const(float("inf"), rd)
             r = self.op(ct, "select", self.op("bool", "eq", x, inf), self.const(float(pos), rd), x)
             r = self.op(ct, "select", self.op("bool", "eq", x, self.const(float("-inf"), rd)), self.const(float(neg), rd), r)
-            return self.op(ct, "select", self.op("bool", "isnan", x), self.const(float(a["nan"]), rd), r)
+            return self.op(ct, "select", self.op("bool", "isnan", x), self.const(float(attrs["nan"]), rd), r)
         if op == "clamp":
             r = arg(0, rd)
             if args[1] is not None:
@@ -858,9 +846,6 @@ class _Lower:
         self.memo = outer_memo
         acc = self.fresh("acc")
         step = Step(inner, body, [Acc(acc, kind, acc_ct, val, first)], pre, [])
-        if kind == "prod" and acc_ct == "f32":
-            step.order = "seq"  # (in index order, as eager: where a float32 product over/underflows
-            # depends on the order; partial products per lane kept [1e4]*10 + [1e-4]*10 finite)
         return step, acc
 
     def _lower_reduce(self, ins) -> None:
@@ -878,7 +863,7 @@ class _Lower:
         for a in axes:
             n = ix_mul(n, ix_dim(xt.shape[a]))
         kind = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}[op]
-        ms_order = None
+        ms_order = None  # a Step.order other than the default lanes
         if kind in ("sum", "prod"):
             elem_dt = rt.dtype  # the interpreter casts x to the result dtype first
             if kind == "sum" and elem_dt in ("f32", "bf16") and self.eager_math:
@@ -887,9 +872,10 @@ class _Lower:
             if ms_order is not None:
                 acc_ct = "f32"  # MindSpore's own float32 order (ms_sum_order)
             elif kind == "prod" and elem_dt in ("f32", "f16", "bf16"):
-                # MindSpore multiplies float32/float16 products in float32, as the interpreter does: a
-                # float64 product missed eager's underflow to 0 and overflow to inf (0 * inf = NaN there).
-                acc_ct = "f32"
+                # MindSpore multiplies float32/float16 products in float32 in index order, as the
+                # interpreter does: a float64 product missed eager's underflow to 0 and overflow to inf
+                # (0 * inf = NaN there), and partial products per lane kept [1e4]*10 + [1e-4]*10 finite.
+                acc_ct, ms_order = "f32", "seq"
             else:
                 acc_ct = "f64" if _is_float(elem_dt) else "i64"
         else:

@@ -1034,22 +1034,13 @@ def _cumprod_legacy(a, prim):
     return ("cumprod", (_t(x),), {"axis": _int(axis), "exclusive": _bool(exclusive), "reverse": _bool(reverse)})
 
 
-def _number_or_none(v):
-    if v is None:
-        return None
-    if type(v) in (int, float):
-        return float(v)
-    raise _Unsupported
-
-
 @_in_order
 def _nan_to_num(a, prim):
     """NanToNum(x, nan, posinf, neginf): a None nan is 0 (MindSpore's default), None infinities
     the dtype's largest / lowest finite value (resolved by the VM op)."""
     x, nan, posinf, neginf = a
-    nan = _number_or_none(nan)
-    return ("nan_to_num", (_t(x),), {"nan": 0.0 if nan is None else nan, "posinf": _number_or_none(posinf),
-                                     "neginf": _number_or_none(neginf)})
+    nan, posinf, neginf = (None if v is None else float(v) for v in map(_opt_num, (nan, posinf, neginf)))
+    return ("nan_to_num", (_t(x),), {"nan": 0.0 if nan is None else nan, "posinf": posinf, "neginf": neginf})
 
 
 @_in_order
@@ -1129,7 +1120,7 @@ def _scatter_nd(op: str):
 
 
 @_in_order
-def _scatter_nd_new(a, prim):
+def _scatter_nd_into_zeros(a, prim):
     """ScatterNd(indices, updates, shape) = tensor_scatter_add(zeros(shape), indices, updates): the
     duplicates add, as MindSpore's. Bool updates (MindSpore ors the duplicates) and float16/bfloat16
     ones (MindSpore adds the duplicates in float32 and rounds once; tensor_scatter_add rounds every
@@ -1216,7 +1207,7 @@ def _smooth_l1_loss_grad(a, prim):
     float32 kernel, NaN included). (mean divides by the element count: an opaque call.)"""
     p, t, dout, beta, reduction = a
     _f32_only(p, t, dout)
-    if type(beta) is not float or not beta > 0 or reduction not in (0, 2) or type(reduction) is not int:
+    if type(beta) is not float or not beta > 0 or type(reduction) is not int or reduction not in (0, 2):
         raise _Unsupported
     ins = [("sub", (p, t), {}), ("div", (Tmp(0), beta), {}), ("mul", (Tmp(1), dout), {}),
            ("gt", (Tmp(0), beta), {}), ("where", (Tmp(3), dout, Tmp(2)), {}), ("lt", (Tmp(0), -beta), {}),
@@ -1711,7 +1702,7 @@ _reg("GatherD", _gather_d)
 _reg("GatherNd GatherNdExt", _gather_nd)
 _reg("IndexSelect", _index_select)
 _reg("TensorScatterAdd", _scatter_nd("tensor_scatter_add"))
-_reg("ScatterNd", _scatter_nd_new)
+_reg("ScatterNd", _scatter_nd_into_zeros)
 _reg("BCEWithLogitsLoss", _bce_with_logits)
 _reg("ReduceStd", _reduce_std)
 _reg("SmoothL1Loss", _smooth_l1_loss)

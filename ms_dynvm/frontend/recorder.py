@@ -553,10 +553,11 @@ class _Slot:
 
 
 def _array_of(t) -> np.ndarray:
-    """A tensor's value as the interpreter holds it (bfloat16 as float32)."""
-    if str(t.dtype) == "BFloat16":
+    """A tensor's value as the interpreter holds it (bfloat16 as float32), read without the sync-point
+    hook (`_snapshot`)."""
+    if t.dtype == _mstype.bfloat16:
         t = t.astype(_mstype.float32)
-    return t.asnumpy()
+    return _snapshot(t)
 
 
 def _read_tags(args, out) -> tuple:
@@ -630,12 +631,10 @@ class Recording:
         name, func, template, dts = found
         if name != instr.attrs.get("target") or len(operands) != len(dts):
             raise RuntimeError(f"call {instr.attrs.get('target')!r} does not match the recorded {name!r}")
-        from mindspore import Tensor as _T
-
         def fill(obj):
             t = type(obj)
             if t is _Slot:
-                v = _T(np.array(operands[obj.i], order="C"))  # (ascontiguousarray makes 0-d 1-d)
+                v = Tensor(np.array(operands[obj.i], order="C"))  # (ascontiguousarray makes 0-d 1-d)
                 return v if v.dtype == dts[obj.i] else v.astype(dts[obj.i])
             if t is tuple:
                 return tuple(fill(x) for x in obj)

@@ -380,7 +380,7 @@ def _nan_to_num(op, args, attrs):
         raise ShapeError(f"nan_to_num: {x.dtype} x is not supported (MindSpore CPU: float16 and float32 only)")
     for k in ("nan", "posinf", "neginf"):
         v = attrs[k]
-        if v is not None and (type(v) not in (int, float) or isinstance(v, bool)):
+        if v is not None and type(v) not in (int, float):
             raise ShapeError(f"nan_to_num: {k} must be a number or None, got {v!r}")
     return [_tt(x.dtype, x.shape)]
 

@@ -811,14 +811,25 @@ def _finish(r, x: np.ndarray, axes, keepdims: bool) -> np.ndarray:
     return r if keepdims else r.reshape([d for i, d in enumerate(x.shape) if i not in axes])
 
 
+def ms_sum_order(op: str, rank: int, axes: tuple) -> str | None:
+    """The order MindSpore 2.10 CPU adds a float32 sum or mean over `axes` (normalised, sorted) of a
+    rank-`rank` tensor in (measured bit-equal over shapes and axes, session 15), named as the
+    kernels' Step.order (codegen/spec.py), or None where it adds in float64 and rounds once: along
+    the last axis of a matrix "ms8r" (8 partial sums over the whole blocks of 8, added in lane order,
+    then the rest one by one); a sum (not a mean) along the first axis of a tensor of rank >= 2
+    "seq" (in index order). A mean is that sum, rounded, over n in float32."""
+    if rank == 2 and tuple(axes) == (1,):
+        return "ms8r"
+    if op == "sum" and rank >= 2 and tuple(axes) == (0,):
+        return "seq"
+    return None
+
+
 def _sum_f32_ms(op: str, x: np.ndarray, axes: tuple) -> np.ndarray:
-    """MindSpore 2.10 CPU's float32 sum of `x` over `axes` (keepdims), as the kernels compute it
-    (codegen/spec.py `ms_sum_order`; measured bit-equal over shapes and axes, session 15): along the
-    last axis of a matrix 8 partial sums over the whole blocks of 8, added in lane order, then the
-    rest one by one; for a sum (not a mean) along the first axis of a tensor of rank >= 2, in index
-    order; otherwise in float64, rounded once."""
+    """MindSpore's float32 sum of `x` over `axes` (keepdims) in its order (`ms_sum_order`)."""
+    order = ms_sum_order(op, x.ndim, axes)
     with np.errstate(all="ignore"):
-        if x.ndim == 2 and axes == (1,):
+        if order == "ms8r":
             n = x.shape[1]
             k = n - n % 8
             lanes = np.zeros((x.shape[0], 8), F32)
@@ -830,7 +841,7 @@ def _sum_f32_ms(op: str, x: np.ndarray, axes: tuple) -> np.ndarray:
             for j in range(k, n):
                 s = s + x[:, j]
             return s.reshape(-1, 1)
-        if op == "sum" and x.ndim >= 2 and axes == (0,):
+        if order == "seq":
             s = np.zeros(x.shape[1:], F32)
             for i in range(x.shape[0]):
                 s = s + x[i]
@@ -1041,10 +1052,10 @@ def _nan_to_num(args, attrs):
     if x.dtype not in (np.float16, _F32):
         raise InterpreterError(f"nan_to_num: {x.dtype} x is not supported")
     fi = np.finfo(x.dtype)
+    pos = fi.max if attrs["posinf"] is None else attrs["posinf"]
+    neg = fi.min if attrs["neginf"] is None else attrs["neginf"]
     with np.errstate(all="ignore"):
-        nan, pos, neg = (_cast(fi.max if v is None and k == "posinf" else fi.min if v is None and k == "neginf"
-                               else v, x.dtype)
-                         for k, v in (("nan", attrs["nan"]), ("posinf", attrs["posinf"]), ("neginf", attrs["neginf"])))
+        nan, pos, neg = (_cast(v, x.dtype) for v in (attrs["nan"], pos, neg))
         r = np.where(np.isnan(x), nan, np.where(x == np.inf, pos, np.where(x == -np.inf, neg, x)))
     return r.astype(x.dtype)
 
