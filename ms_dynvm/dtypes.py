@@ -18,6 +18,9 @@ _NP = {
     "i32": np.int32,
     "i64": np.int64,
     "u8": np.uint8,
+    "u16": np.uint16,
+    "u32": np.uint32,
+    "u64": np.uint64,
     "f16": np.float16,
     "bf16": np.float32,
     "f32": np.float32,
@@ -30,6 +33,11 @@ DTYPES = tuple(_NP)
 FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
 COMPLEX = frozenset({"c64", "c128"})
 INTS = frozenset({"i8", "i16", "i32", "i64", "u8"})
+# Held, never computed on: MindSpore 2.10 supports these unsigned types on few CPU kernels, with
+# rules of its own (no promotion with any other dtype but bool, no Python int operand, a mean that
+# divides the wrapped sum), so every op with such an operand or result is recorded as an opaque
+# call (frontend/recorder.py): the VM only types, stores and hands on their values.
+STORAGE_ONLY = frozenset({"u16", "u32", "u64"})
 
 # MindSpore's str(dtype) -> VM name.
 _FROM_MS = {
@@ -39,6 +47,9 @@ _FROM_MS = {
     "Int32": "i32",
     "Int64": "i64",
     "UInt8": "u8",
+    "UInt16": "u16",
+    "UInt32": "u32",
+    "UInt64": "u64",
     "Float16": "f16",
     "BFloat16": "bf16",
     "Float32": "f32",
@@ -60,6 +71,9 @@ TYPE_ID = {
     34: "i32",
     35: "i64",
     37: "u8",
+    38: "u16",
+    39: "u32",
+    40: "u64",
     42: "f16",
     43: "f32",
     44: "f64",
@@ -111,6 +125,9 @@ _RANK = {
     "bool": 0,
     "u8": 1,
     "i8": 1,
+    "u16": 2,  # (storage only: MindSpore promotes them with nothing but bool)
+    "u32": 3,
+    "u64": 4,
     "i16": 2,
     "i32": 3,
     "i64": 4,
@@ -140,7 +157,7 @@ def kind(dtype: str) -> int:
     """0 bool, 1 integer, 2 float, 3 complex."""
     if dtype == "bool":
         return 0
-    if dtype in INTS:
+    if dtype in INTS or dtype in STORAGE_ONLY:
         return 1
     if dtype in FLOATS:
         return 2

@@ -38,7 +38,8 @@ How a group is lowered
   accumulator would drift by up to n*eps), except: float32/float16/bfloat16 products, in float32 in
   index order (as MindSpore and the reference: underflow to 0 and overflow to inf as eager); with
   `eager_math` (the default) float32 softmax sums and the float32 sums and means that MindSpore adds
-  in its own float32 order (`interpreter.ms_sum_order`, `_lower_softmax`, `Step.order`); max/min
+  in its own float32 order (`interpreter.ms_sum_order`, `_lower_softmax`, `Step.order`), and float64
+  sums, means and products in index order, as MindSpore (`interpreter._seq_f64`); max/min
   follow the interpreter's NaN rule (first element NaN -> NaN, other NaNs ignored); softmax's max
   propagates NaN (IEEE semantics, as the reference).
 
@@ -871,6 +872,9 @@ class _Lower:
                 ms_order = ms_sum_order(op, xt.rank, axes)
             if ms_order is not None:
                 acc_ct = "f32"  # MindSpore's own float32 order (ms_sum_order)
+            elif elem_dt == "f64" and self.eager_math:
+                # MindSpore adds and multiplies float64 in index order (interpreter._seq_f64)
+                acc_ct, ms_order = "f64", "seq"
             elif kind == "prod" and elem_dt in ("f32", "f16", "bf16"):
                 # MindSpore multiplies float32/float16 products in float32 in index order, as the
                 # interpreter does: a float64 product missed eager's underflow to 0 and overflow to inf

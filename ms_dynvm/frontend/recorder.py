@@ -165,6 +165,26 @@ _epochs = iter(range(1, 1 << 62))
 
 _vm_dtype = _norm.vm_dtype
 
+# MindSpore dtypes the VM holds but never computes on (dtypes.STORAGE_ONLY), by id (singletons).
+_STORAGE_ONLY_IDS = frozenset(id(d) for d in (_mstype.uint16, _mstype.uint32, _mstype.uint64))
+
+
+def _storage_only(args: tuple, out) -> bool:
+    """The op has a tensor operand or result of a dtype in dtypes.STORAGE_ONLY: it is recorded as an
+    opaque call (only ops with no plan come here; such an op never gets one)."""
+    src = args[2] if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple else args
+    for a in src:
+        if isinstance(a, Tensor) and id(a._dtype) in _STORAGE_ONLY_IDS:
+            return True
+        if type(a) is tuple or type(a) is list:
+            for e in a:
+                if isinstance(e, Tensor) and id(e._dtype) in _STORAGE_ONLY_IDS:
+                    return True
+    for o in (out if type(out) is tuple or type(out) is list else (out,)):
+        if isinstance(o, Tensor) and id(o._dtype) in _STORAGE_ONLY_IDS:
+            return True
+    return False
+
 # (id(MindSpore dtype), shape, contiguous) -> TensorType: types repeat, and building a frozen,
 # validated TensorType costs more than the lookup.
 _TYPES: dict = {}
@@ -246,8 +266,8 @@ _NOT_COMPARABLE = object()
 
 
 # Bytes per element of the VM dtypes (what `Tensor._itemsize` says, without asking MindSpore).
-_ITEMSIZE = {"bool": 1, "i8": 1, "u8": 1, "i16": 2, "f16": 2, "bf16": 2, "i32": 4, "f32": 4, "i64": 8,
-             "f64": 8, "c64": 8, "c128": 16}
+_ITEMSIZE = {"bool": 1, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "f16": 2, "bf16": 2, "i32": 4, "u32": 4,
+             "f32": 4, "i64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
 
 def _layout(t, shape, c_strides, contiguous: bool = False, itemsize=None):
@@ -1165,15 +1185,18 @@ class Recorder:
         # normalize.lower(name, args), inline
         low = _TABLE.get(name)
         if low is not None and low is not _META:
-            try:
-                if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
-                    low = low(args[2], args[0])  # legacy primitive: (prim, name, inputs)
-                    if self._mix is not None and low is not None:
-                        low = _mix_casts(low, self._mix, name, args)
-                else:
-                    low = low(args, None)
-            except _REJECT:
-                low = None
+            if _storage_only(args, out):
+                low = None  # (an opaque call: see dtypes.STORAGE_ONLY)
+            else:
+                try:
+                    if len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple and args[1] == name:
+                        low = low(args[2], args[0])  # legacy primitive: (prim, name, inputs)
+                        if self._mix is not None and low is not None:
+                            low = _mix_casts(low, self._mix, name, args)
+                    else:
+                        low = low(args, None)
+                except _REJECT:
+                    low = None
         if type(low) is not tuple:
             if (type(low) is _Lowering and len(low.instrs) == 1 and len(low.outputs) == 1
                     and type(out) is Tensor):

@@ -1514,6 +1514,42 @@ def test_float32_erf_and_square_pow_bit_equal_to_mindspore(mst):
         assert got.dtype == np.float32 and np.array_equal(got, want, equal_nan=True), p
 
 
+@pytest.mark.parametrize("shape,axis", [((5, 17), -1), ((3, 100), 1), ((4, 9), 1), ((9, 9), 0), ((40, 7), 0),
+                                        ((3, 5, 17), 2), ((3, 17, 5), (0, 2)), ((6, 40), None), ((4, 5, 33), (1, 2)),
+                                        ((2, 3, 200), 2), ((5000,), 0), ((), None), ((3, 0), 0)])
+def test_float64_sum_mean_prod_bit_equal_to_mindspore(mst, shape, axis):
+    """float64 sum, mean and prod as MindSpore 2.10 CPU computes them (`_seq_f64`): one accumulator
+    in index order over the reduced axes (NumPy's pairwise sum differs from 9 elements on), a zero
+    sum +0 (MindSpore's accumulator starts at +0: a sum of -0.0 is +0.0), a mean that sum / n;
+    with NaN and inf in a few places. (MindSpore's result for an empty reduction is uninitialised
+    memory: there only the interpreter's dtype and shape are checked.)"""
+    rng = np.random.default_rng(len(shape) * 100 + (shape[-1] if shape else 0))
+    x = rng.standard_normal(shape) * 3
+    if x.size > 30:
+        x.reshape(-1)[rng.integers(0, x.size, 3)] = [np.nan, np.inf, -np.inf]
+    xp = 1.0 + 0.05 * rng.standard_normal(shape)  # products that stay finite
+    t, tp = mst.Tensor(x), mst.Tensor(xp)
+    axes = None if axis is None else ((axis,) if isinstance(axis, int) else axis)
+    for op, fn, a, ta in (("sum", mst.ops.sum, x, t), ("mean", mst.ops.mean, x, t), ("prod", mst.ops.prod, xp, tp)):
+        for keep in (False, True):
+            if op == "prod" and axes is not None and len(axes) > 1:
+                continue  # (MindSpore's prod takes one axis)
+            if axis is None:
+                if keep:
+                    continue
+                want = fn(ta).asnumpy()
+            else:
+                want = fn(ta, axis if op != "prod" else axes[0], keep).asnumpy()
+            got = IMPLS[op]([a], opcodes.full_attrs(op, {"axis": axes, "keepdims": keep}))
+            assert got.dtype == want.dtype == np.float64 and got.shape == want.shape, (op, got.shape, want.shape)
+            if a.size and all(a.shape[i] for i in range(a.ndim)):
+                assert np.array_equal(got.view(np.uint64), want.view(np.uint64)), (op, keep, got, want)
+    z = np.full((2, 3), -0.0)
+    got = IMPLS["sum"]([z], opcodes.full_attrs("sum", {"axis": (1,), "keepdims": False}))
+    want = mst.ops.sum(mst.Tensor(z), 1).asnumpy()
+    assert not np.signbit(got).any() and not np.signbit(want).any()
+
+
 @pytest.mark.parametrize("shape,axis", [((40, 37), -1), ((300, 8), 1), ((5, 7), 1), ((3, 1001), -1), ((1, 64), 1),
                                         ((37, 6), 0), ((37, 6, 9), 0), ((8, 37, 5), 1), ((4, 5, 37), -1),
                                         ((2000,), 0), ((30, 37), None), ((5, 7, 9), (1, 2)), ((5, 7, 9), (0, 2))])
