@@ -257,7 +257,9 @@ def c_op(op: Op, ct: str) -> str:
         return f"(1.0 / sqrt({x}))"
     if fn == "sigmoid_grad":  # (y, dy)
         return f"({a[1]} * ({a[0]} * ({one} - {a[0]})))"
-    if fn == "tanh_grad":  # (y, dy): (1-y)(1+y) has no cancellation near |y| = 1
+    if fn == "tanh_grad":  # (y, dy)
+        if ct == "f32":  # MindSpore's: dy * (1 - y*y), 1 - y*y rounded once (interpreter: _grad)
+            return f"({a[1]} * fmaf(-{a[0]}, {a[0]}, 1.0f))"
         return f"({a[1]} * (({one} - {a[0]}) * ({one} + {a[0]})))"
     if fn == "elu_grad":  # (dy, y)
         return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
@@ -281,7 +283,7 @@ def _c_function(fn: str, op: Op, a, x) -> str:
     if fn == "softplus":
         return f"dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
     if fn in ("silu_grad", "gelu_grad_none", "gelu_grad_tanh"):
-        name = {"gelu_grad_none": "gelu_grad_erf"}.get(fn, fn)
+        name = {"gelu_grad_none": "gelu_grad_erf", "silu_grad": "silu_grad_op"}.get(fn, fn)
         return f"dvm_{name}({a[0]}, {a[1]})"
     raise ValueError(f"no C rendering for op {fn}")
 
@@ -415,7 +417,7 @@ class CRenderer:
         if self.fast:
             head.append("#define DVM_FAST 1")
         head.append(cmath.STRICT_C if self.strict else cmath.MATH_C)
-        for f in EAGER_MATH_OPS:  # (see cmath._EAGER_C)
+        for f in EAGER_MATH_OPS + ("silu_grad",):  # (see cmath._EAGER_C)
             head.append(f"#define dvm_{f}_op dvm_{f}{'_ms' if self.eager else ''}")
         head.append(_HELPERS)
         self.open("void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)")

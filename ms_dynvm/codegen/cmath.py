@@ -470,6 +470,14 @@ static inline float dvm_erfc_ms(float x) { return dvm_erfcf_d(x); }
    alpha * (e^x - 1). e^x >= 0:
    `+ 0.0f` rounds it apart from the add that follows. */
 static inline float dvm_sigmoid_ms(float x) { return 1.0f / (1.0f + (dvm_exp_ms(-x) + 0.0f)); }
+/* MindSpore's float32 SiLUGrad: s on its exp, then dy*s + (dy*x) * (s*(1 - s)), each product
+   rounded on its own (no fused multiply-add), as the interpreter (measured bit-equal to eager). */
+static inline float dvm_silu_grad_ms(float dy, float x) {
+    float s = dvm_sigmoid_ms(x);
+    float a = dvm_keepf(dy * s);
+    float b = dvm_keepf(dy * x);
+    return a + dvm_keepf(b * (s * (1.0f - s)));
+}
 static inline float dvm_elu_ms(float x, float alpha) {
     return x > 0.0f ? x : alpha * ((dvm_exp_ms(x) + 0.0f) - 1.0f);
 }

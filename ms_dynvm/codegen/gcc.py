@@ -42,11 +42,32 @@ _BASE = ["-O3", "-march=native", "-std=gnu99", "-fPIC", "-shared", "-fno-math-er
          "-fwrapv", "-fno-semantic-interposition"]
 
 
+# GCC 12.2 at -O3 -march=native -fno-trapping-math on a CPU with AVX512-FP16 (this project's machine)
+# vectorised a float16 value's rounding away: `(double)(float)(_Float16)x` fed to a float64 sum
+# became a plain float -> double conversion, so a fused float16 sum to a scalar was up to 6 float16
+# ulp off (a helper's round, session 16). Without AVX512-FP16 it converts through F16C, correctly.
+_NO_FP16_ARITH = "-mno-avx512fp16"
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts(flag: str) -> bool:
+    """gcc accepts `flag` (older ones do not know -mno-avx512fp16, and need it not)."""
+    exe = shutil.which(GCC)
+    if exe is None:
+        return False
+    try:
+        r = subprocess.run([exe, flag, "-E", "-x", "c", os.devnull], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
 def flags(*, strict_ieee: bool = False, fast_math: bool = False) -> list[str]:
     """GCC flags for a kernel build (part of the cache key)."""
+    base = _BASE + ([_NO_FP16_ARITH] if _accepts(_NO_FP16_ARITH) else [])
     if strict_ieee:
-        return _BASE + ["-ffp-contract=off"]
-    return _BASE + ["-fopenmp"] + (["-DDVM_FAST=1"] if fast_math else [])
+        return base + ["-ffp-contract=off"]
+    return base + ["-fopenmp"] + (["-DDVM_FAST=1"] if fast_math else [])
 
 
 @functools.lru_cache(maxsize=None)

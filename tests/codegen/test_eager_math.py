@@ -39,6 +39,12 @@ def _kernel(op: str, cache, eager_math: bool):
 def _compare(y: np.ndarray, ref: np.ndarray):
     """(share of bit-identical results (NaN = NaN), number outside rtol 1e-5 / atol 1e-6)."""
     same = (y.view(np.uint32) == ref.view(np.uint32)) | (np.isnan(y) & np.isnan(ref))
+    # Results within 4x of the smallest normal float (exp below x = -86) count as the same when both
+    # are that small: there eager's last bits depend on what ran before in the process (its worker
+    # threads' state): run after tests/runtime/test_interpreter.py, exp's share fell to 0.9987, all of
+    # it at x < -86.9, 1 ulp apart or flushed (measured, session 16)
+    tiny = 4 * np.finfo(np.float32).tiny
+    same |= (np.abs(ref) < tiny) & (np.abs(y) < tiny)
     with np.errstate(all="ignore"):
         close = np.isclose(y, ref, rtol=1e-5, atol=1e-6, equal_nan=True)
     return float(same.mean()), int((~close).sum())

@@ -30,6 +30,8 @@ EXPRS = {
     # MindSpore's formulas (eager_math, the default)
     **{f"{f}_ms": f"dvm_{f}_ms(x[i])" for f in ("exp", "expm1", "log1p", "tanh", "sigmoid", "mish", "log")},
     "silu_ms": "x[i] * dvm_sigmoid_ms(x[i])",
+    "silu_grad_ms": "dvm_silu_grad_ms(d[i], x[i])",
+    "tanh_grad_fma": "d[i] * fmaf(-x[i], x[i], 1.0f)",
     "elu_ms": "dvm_elu_ms(x[i], 1.0f)",
     "keepf_product": "dvm_keepf(x[i] * d[i]) + 1.0f",
 }

@@ -1514,6 +1514,27 @@ def test_float32_erf_and_square_pow_bit_equal_to_mindspore(mst):
         assert got.dtype == np.float32 and np.array_equal(got, want, equal_nan=True), p
 
 
+def test_tanh_grad_and_silu_grad_bit_equal_to_mindspore(mst):
+    """MindSpore CPU's TanhGrad (dy * (1 - y*y), the 1 - y*y rounded once) for float32 and float16,
+    and its float32 SiLUGrad (dy*s + (dy*x) * (s*(1 - s)) on its exp, each step float32): a helper's
+    PINN round found served and interpreted gradients off eager on 20-50% of elements (the kernels
+    computed (1-y)(1+y), the interpreter float64)."""
+    from mindspore.ops.operations import _grad_ops as G
+
+    rng = np.random.default_rng(21)
+    y = np.tanh(rng.standard_normal(8000) * 1.5).astype(np.float32)
+    dy = (rng.standard_normal(8000) * 2).astype(np.float32)
+    y[:4], dy[4:8] = [0.0, -0.0, 1.0, -1.0], [np.inf, -np.inf, np.nan, 0.0]
+    for dt in (np.float32, np.float16):
+        want = G.TanhGrad()(mst.Tensor(y.astype(dt)), mst.Tensor(dy.astype(dt))).asnumpy()
+        got = IMPLS["tanh_grad"]([y.astype(dt), dy.astype(dt)], {})
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), (dt, int((got != want).sum()))
+    x = np.concatenate([rng.standard_normal(4000) * 3, rng.uniform(-80, 80, 4000)]).astype(np.float32)
+    want = G.SiLUGrad()(mst.Tensor(dy), mst.Tensor(x)).asnumpy()
+    got = IMPLS["silu_grad"]([dy, x], {})
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), int((got != want).sum())
+
+
 @pytest.mark.parametrize("shape,axis", [((5, 17), -1), ((3, 100), 1), ((4, 9), 1), ((9, 9), 0), ((40, 7), 0),
                                         ((3, 5, 17), 2), ((3, 17, 5), (0, 2)), ((6, 40), None), ((4, 5, 33), (1, 2)),
                                         ((2, 3, 200), 2), ((5000,), 0), ((), None), ((3, 0), 0)])
