@@ -869,7 +869,7 @@ class _Lower:
             elem_dt = rt.dtype  # the interpreter casts x to the result dtype first
             if kind == "sum" and elem_dt in ("f32", "bf16") and self.eager_math:
                 # (bfloat16, which MindSpore CPU does not reduce, as the interpreter: its float32 values)
-                ms_order = ms_sum_order(op, xt.rank, axes)
+                ms_order = ms_sum_order(op, xt.rank, axes, xt.shape)
             if ms_order is not None:
                 acc_ct = "f32"  # MindSpore's own float32 order (ms_sum_order)
             elif elem_dt == "f64" and self.eager_math:

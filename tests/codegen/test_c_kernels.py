@@ -673,6 +673,26 @@ def test_tanh_and_silu_grads_bit_equal_to_the_interpreter(cache, op, dtype):
             assert np.array_equal(o, r, equal_nan=True), (n, int((o != r).sum()))
 
 
+@pytest.mark.parametrize("shape,axis", [((N, 1), None), ((N, 1, 1), None), ((N, 1, 3), (0, 1)), ((1, N), None)])
+def test_float32_sum_over_size_one_axes_bit_equal_to_the_interpreter(cache, shape, axis):
+    """A float32 sum whose reduced axes are the first one and axes of size 1 (`(x*x).sum()` of an
+    [n, 1] tensor) adds in index order, as MindSpore (interpreter.ms_sum_order): it was a float64 sum
+    rounded once, 1 ulp off eager (a helper's round)."""
+    g = G()
+    x = g.param("f32", shape)
+    g.op("sum", g.op("mul", x, x), axis=axis)
+    fn = g.fn()
+    k = compile_group(fn, cache=cache)
+    rng = np.random.default_rng(29)
+    for n in (9, 250, 1001):
+        a = rng.standard_normal([n if d is N else d for d in shape]).astype(np.float32)
+        out = [o for o in k([a]) if o.shape != a.shape]
+        ref = [r for r in reference(fn, [a]) if r.shape != a.shape]
+        assert np.array_equal(out[0].view(np.uint32), ref[0].view(np.uint32)), (n, out[0], ref[0])
+        if shape[0] is N:
+            assert np.array_equal(out[0].reshape(-1)[:1], (np.add.accumulate((a * a).reshape(n, -1), axis=0)[-1] + 0)[:1])
+
+
 def test_float32_pow_with_a_tensor_exponent_bit_equal_to_the_interpreter(cache):
     """pow(x, y) with y a tensor (a Python exponent reaches MindSpore's Pow as a 0-d tensor): in
     double, rounded once, as the interpreter, so y = 2 gives x * x as eager does (powf gave

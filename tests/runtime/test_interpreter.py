@@ -1573,7 +1573,9 @@ def test_float64_sum_mean_prod_bit_equal_to_mindspore(mst, shape, axis):
 
 @pytest.mark.parametrize("shape,axis", [((40, 37), -1), ((300, 8), 1), ((5, 7), 1), ((3, 1001), -1), ((1, 64), 1),
                                         ((37, 6), 0), ((37, 6, 9), 0), ((8, 37, 5), 1), ((4, 5, 37), -1),
-                                        ((2000,), 0), ((30, 37), None), ((5, 7, 9), (1, 2)), ((5, 7, 9), (0, 2))])
+                                        ((2000,), 0), ((30, 37), None), ((5, 7, 9), (1, 2)), ((5, 7, 9), (0, 2)),
+                                        ((250, 1), None), ((250, 1, 1), (0, 2)), ((250, 1, 3), (0, 1)),
+                                        ((50, 1, 1, 1), None), ((1, 250), None), ((1, 250, 1), (1, 2))])
 def test_float32_sum_and_mean_bit_equal_to_mindspore(mst, shape, axis):
     """float32 sum and mean in MindSpore 2.10 CPU's own order (`_sum_f32_ms`): bit-equal on random
     values with NaN and inf in a few rows, for the last axis of a matrix (8 partial sums), the first
