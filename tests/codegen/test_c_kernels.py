@@ -569,6 +569,23 @@ def test_prod_over_and_underflows_as_the_interpreter(cache, dtype):
     assert out[0] == 0 and np.isinf(out[2]) and (np.isnan(out[1]) if dtype == "f32" else np.isinf(out[1]))
 
 
+def _reduce_group(cache, dtype: str, shape, op: str, axis):
+    """(fn, kernel) of `op(x * 1.5, axis)` over a `dtype` tensor of `shape` (axis: int, tuple or None)."""
+    g = G()
+    x = g.param(dtype, shape)
+    g.op(op, g.op("mul", x, 1.5), axis=(axis,) if isinstance(axis, int) else axis)
+    fn = g.fn()
+    return fn, compile_group(fn, cache=cache)
+
+
+def _reduced(k, fn, a: np.ndarray) -> tuple:
+    """The reduction's result (not the product's) from the kernel and from the interpreter."""
+    out = [o for o in k([a]) if o.shape != a.shape]
+    ref = [r for r in reference(fn, [a]) if r.shape != a.shape]
+    assert len(out) == len(ref) == 1
+    return out[0], ref[0]
+
+
 @pytest.mark.parametrize("op,axis,rank", [("sum", 1, 2), ("mean", 1, 2), ("sum", 0, 2), ("sum", 0, 3), ("mean", 0, 2),
                                           ("sum", 1, 3), ("mean", 2, 3), ("sum", None, 2)])
 def test_float32_sums_bit_equal_to_the_interpreter(cache, op, axis, rank):
@@ -576,21 +593,14 @@ def test_float32_sums_bit_equal_to_the_interpreter(cache, op, axis, rank):
     the last axis of a matrix, index order along the first axis, else float64 rounded once; a mean
     divides the rounded sum by n in float32): bit-equal to the interpreter, which is bit-equal to
     MindSpore (test_interpreter), for row lengths around the blocks of 8 and with NaN/inf."""
-    g = G()
-    shape = (B, S) if rank == 2 else (B, S, 3)
-    x = g.param("f32", shape)
-    g.op(op, g.op("mul", x, 1.5), axis=None if axis is None else (axis,))
-    fn = g.fn()
-    k = compile_group(fn, cache=cache)
+    fn, k = _reduce_group(cache, "f32", (B, S) if rank == 2 else (B, S, 3), op, axis)
     rng = np.random.default_rng(11)
     for b, s in ((2, 3), (5, 8), (3, 13), (4, 21), (2, 64), (7, 101)):
         a = (rng.standard_normal((b, s) if rank == 2 else (b, s, 3)) * 3).astype(np.float32)
         if b * s > 20:
             a.reshape(-1)[[3, 17]] = [np.nan, np.inf]
-        out = [o for o in k([a]) if o.shape != a.shape]
-        ref = [r for r in reference(fn, [a]) if r.shape != a.shape]
-        assert len(out) == len(ref) == 1
-        assert np.array_equal(out[0].view(np.uint32), ref[0].view(np.uint32)), (b, s, out[0], ref[0])
+        out, ref = _reduced(k, fn, a)
+        assert np.array_equal(out.view(np.uint32), ref.view(np.uint32)), (b, s, out, ref)
 
 
 @pytest.mark.parametrize("op,axis,rank", [("sum", 1, 2), ("mean", 1, 2), ("prod", 1, 2), ("sum", 0, 2),
@@ -600,12 +610,7 @@ def test_float64_reductions_bit_equal_to_the_interpreter(cache, op, axis, rank):
     and the interpreter's `_seq_f64`; the default lanes order was 1 ulp off eager from 9 elements
     on, a helper's round): bit-equal to the interpreter, with NaN/inf, across row lengths around
     the blocks of 8."""
-    g = G()
-    shape = (B, S) if rank == 2 else (B, S, 3)
-    x = g.param("f64", shape)
-    g.op(op, g.op("mul", x, 1.5), axis=None if axis is None else (axis,))
-    fn = g.fn()
-    k = compile_group(fn, cache=cache)
+    fn, k = _reduce_group(cache, "f64", (B, S) if rank == 2 else (B, S, 3), op, axis)
     rng = np.random.default_rng(13)
     pairwise_differs = 0
     for b, s in ((2, 3), (5, 8), (3, 13), (4, 21), (2, 64), (7, 101)):
@@ -613,16 +618,14 @@ def test_float64_reductions_bit_equal_to_the_interpreter(cache, op, axis, rank):
         a = rng.standard_normal(shp) * 3 if op != "prod" else 1.0 + 0.05 * rng.standard_normal(shp)
         if b * s > 20:
             a.reshape(-1)[[3, 17]] = [np.nan, np.inf]
-        out = [o for o in k([a]) if o.shape != a.shape]
-        ref = [r for r in reference(fn, [a]) if r.shape != a.shape]
-        assert len(out) == len(ref) == 1
-        assert np.array_equal(out[0].view(np.uint64), ref[0].view(np.uint64)), (b, s, out[0], ref[0])
+        out, ref = _reduced(k, fn, a)
+        assert np.array_equal(out.view(np.uint64), ref.view(np.uint64)), (b, s, out, ref)
         if op == "sum" and axis == 1 and rank == 2:
             # index order, not NumPy's pairwise one (which the reference used before)
             seq = np.zeros(b)
             for j in range(s):
                 seq = seq + a[:, j] * 1.5
-            assert np.array_equal(out[0].reshape(-1), seq, equal_nan=True)
+            assert np.array_equal(out.reshape(-1), seq, equal_nan=True)
             pairwise_differs += not np.array_equal(np.sum(a * 1.5, axis=1), seq, equal_nan=True)
     assert pairwise_differs or not (op == "sum" and axis == 1 and rank == 2)
 
@@ -634,19 +637,13 @@ def test_float16_reduction_to_a_scalar_bit_equal_to_the_interpreter(cache, shape
     the interpreter and eager do: GCC 12.2 with AVX512-FP16 (-march=native on this machine) dropped
     that rounding in the vectorised float64 sum of static shapes (-3.7207 where eager gives -3.7324;
     a helper's round), so kernels are built with -mno-avx512fp16 where gcc knows it."""
-    g = G()
-    x = g.param("f16", shape)
-    g.op(op, g.op("mul", x, 1.5), axis=None)
-    fn = g.fn()
-    k = compile_group(fn, cache=cache)
+    fn, k = _reduce_group(cache, "f16", shape, op, None)
     rng = np.random.default_rng(17)
     concrete = shape if all(isinstance(d, int) for d in shape) else (20, 9)
     for rep in range(3):
         a = (rng.standard_normal(concrete) * 3).astype(np.float16)
-        out = [o for o in k([a]) if o.ndim == 0]
-        ref = [r for r in reference(fn, [a]) if r.ndim == 0]
-        assert len(out) == len(ref) == 1
-        assert np.array_equal(out[0].view(np.uint16), ref[0].view(np.uint16)), (rep, out[0], ref[0])
+        out, ref = _reduced(k, fn, a)
+        assert out.ndim == 0 and np.array_equal(out.view(np.uint16), ref.view(np.uint16)), (rep, out, ref)
 
 
 @pytest.mark.parametrize("op,dtype", [("tanh_grad", "f32"), ("tanh_grad", "f16"), ("silu_grad", "f32")])
@@ -675,22 +672,18 @@ def test_tanh_and_silu_grads_bit_equal_to_the_interpreter(cache, op, dtype):
 
 @pytest.mark.parametrize("shape,axis", [((N, 1), None), ((N, 1, 1), None), ((N, 1, 3), (0, 1)), ((1, N), None)])
 def test_float32_sum_over_size_one_axes_bit_equal_to_the_interpreter(cache, shape, axis):
-    """A float32 sum whose reduced axes are the first one and axes of size 1 (`(x*x).sum()` of an
+    """A float32 sum whose reduced axes are the first one and axes of size 1 (`(x*1.5).sum()` of an
     [n, 1] tensor) adds in index order, as MindSpore (interpreter.ms_sum_order): it was a float64 sum
     rounded once, 1 ulp off eager (a helper's round)."""
-    g = G()
-    x = g.param("f32", shape)
-    g.op("sum", g.op("mul", x, x), axis=axis)
-    fn = g.fn()
-    k = compile_group(fn, cache=cache)
+    fn, k = _reduce_group(cache, "f32", shape, "sum", axis)
     rng = np.random.default_rng(29)
     for n in (9, 250, 1001):
         a = rng.standard_normal([n if d is N else d for d in shape]).astype(np.float32)
-        out = [o for o in k([a]) if o.shape != a.shape]
-        ref = [r for r in reference(fn, [a]) if r.shape != a.shape]
-        assert np.array_equal(out[0].view(np.uint32), ref[0].view(np.uint32)), (n, out[0], ref[0])
+        out, ref = _reduced(k, fn, a)
+        assert np.array_equal(out.view(np.uint32), ref.view(np.uint32)), (n, out, ref)
         if shape[0] is N:
-            assert np.array_equal(out[0].reshape(-1)[:1], (np.add.accumulate((a * a).reshape(n, -1), axis=0)[-1] + 0)[:1])
+            seq = np.add.accumulate((a * np.float32(1.5)).reshape(n, -1), axis=0)[-1] + 0
+            assert np.array_equal(out.reshape(-1)[:1], seq[:1])
 
 
 def test_float32_pow_with_a_tensor_exponent_bit_equal_to_the_interpreter(cache):
