@@ -35,6 +35,10 @@ Configurations:
 - record-py:    the same with enable(c_hot_path=False): the recorder in Python only
 - record+jit:   only with --jit: ms_dynvm.enable(): recording plus tier-1 run tracking (and serving
                 where compiled; compiling happens inside the timed calls)
+- id-name, id-get, id-set: only with --identity: the parts of id-floor, each alone in a pass-through
+                handler: reading `func.name` (every recorder needs the op's name; MindSpore makes a fresh
+                op object per dispatch, so it cannot be cached), `_get_user_data` per tensor argument,
+                `_set_user_data` per tensor result
 - mode-noop, mode+rec: only with --decompose: ms_dynvm's dispatch mode (frontend/dispatch.DynVMMode)
                 entered by hand, without the hooks (no Cell, grad or sync-point hooks, so no block
                 ends but the recorder's own limit), with `Recorder.on_op` a no-op (mode-noop) or the
@@ -77,7 +81,7 @@ these workloads finds its plan, so the other figures are of the steady state.
   of collections per generation over all rounds. Objects that the recorder keeps alive make the
   collector run more often; a full (generation 2) collection walks every object of the process.
 
-    python profiling/bench_record_overhead.py [--reps 9] [--calls 20] [--jit]
+    python profiling/bench_record_overhead.py [--reps 9] [--calls 20] [--jit] [--decompose] [--identity]
 """
 
 from __future__ import annotations
@@ -160,6 +164,8 @@ def main() -> None:
     ap.add_argument("--decompose", action="store_true",
                     help="also time mode-noop and mode+rec (ms_dynvm's dispatch mode without its hooks, "
                          "with no recorder work, with the recorder)")
+    ap.add_argument("--identity", action="store_true",
+                    help="also time id-name, id-get and id-set (the parts of id-floor, each alone)")
     ap.add_argument("--keep-objects", type=int, default=0, metavar="N",
                     help="also time hooks+ctrace+keepN: the C trace making 3N Python objects per op "
                          "and keeping them (as a recorder keeps its instructions) and hooks+ctrace+freeN "
@@ -214,6 +220,26 @@ def main() -> None:
             out = func(*a)
             id_calls(a, out)
             return out
+
+    class IdName(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, a, kwargs=None):
+            func.name  # noqa: B018 - the read is what is timed
+            return func(*a)
+
+    class IdGet(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, a, kwargs=None):
+            for x in tensor_args(a):
+                if is_tensor(x):
+                    x._get_user_data(id_key)
+            return func(*a)
+
+    class IdSet(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, a, kwargs=None):
+            out = func(*a)
+            tag_results(out)
+            return out
+
+    identity_modes = {"id-name": IdName, "id-get": IdGet, "id-set": IdSet}
 
     class Counter(ms.MsDispatchMode):
         n = 0
@@ -300,6 +326,9 @@ def main() -> None:
         if cfg == "id-floor":
             with IdFloor():
                 return run(fn, inp, calls)
+        if cfg in identity_modes:
+            with identity_modes[cfg]():
+                return run(fn, inp, calls)
         if cfg == "ctrace-bare":
             ctrace.set_keep(0, 0)
             with CTraceBare():
@@ -340,6 +369,7 @@ def main() -> None:
                 "record", "record-py"]
                + (["record+jit"] if args.jit else [])
                + (["mode-noop", "mode+rec"] if args.decompose else [])
+               + (list(identity_modes) if args.identity else [])
                + ([f"hooks+ctrace+keep{args.keep_objects}", f"hooks+ctrace+free{args.keep_objects}"]
                   if args.keep_objects else [])
                + ["record(timed)", "record-py(timed)"])
@@ -480,6 +510,16 @@ def main() -> None:
         for name in cases:
             print(f"{name:16s} " + " ".join(f"{paired(c, name, 0):7.2f} {paired(c, name, 1):7.2f}"
                                             for c in ("mode-noop", "hooks-only", "mode+rec", "record")))
+
+    if args.identity:
+        print("identity: per-op wall | thread cpu overhead over passthrough (paired medians, us/op) of a "
+              "pass-through handler that only reads func.name (id-name), only reads each tensor argument's "
+              "user data (id-get), only writes each tensor result's (id-set), does both (id-floor), and of "
+              "the minimal C trace in a bare dispatch mode (ctrace-bare), against record; A/A: passthrough2")
+        cols = ("id-name", "id-get", "id-set", "id-floor", "ctrace-bare", "record", "passthrough2")
+        print(f"{'workload':16s} " + " ".join(f"{c:>15s}" for c in cols))
+        for name in cases:
+            print(f"{name:16s} " + " ".join(f"{paired(c, name, 0):7.2f} {paired(c, name, 1):7.2f}" for c in cols))
 
     if args.keep_objects:
         k = args.keep_objects
