@@ -781,8 +781,19 @@ class _Lower:
         sidx = tuple(ZERO if k >= bna else i for k, i in enumerate(idx))
         pidx = tuple(idx[bpa:])
         out = ins.outs[0]
-        x = self.convert(self.value(xr, idx), xt.dtype, "f32")
+        ydt = self.types[out].dtype
         mean = self._mat_value(f"lnmean{out}", sidx)
+        if self._ln_eager(ydt):
+            # MindSpore CPU's LayerNorm (the interpreter's `_layer_norm`): from the float32 statistics,
+            # each step rounded to y's type: ((x - mean) / sqrt(var + eps)) * gamma + beta.
+            sd = self._mat_value(f"lnsd{out}", sidx)
+            if ydt == "f16":
+                mean, sd = self.rounded(mean, ydt), self.rounded(sd, ydt)
+            y = self.rounded(self.op("f32", "sub", self.convert(self.value(xr, idx), xt.dtype, ydt), mean), ydt)
+            y = self.rounded(self.op("f32", "div_plain", y, sd), ydt)
+            y = self.rounded(self.op("f32", "mul", y, self.operand(ins.args[1], ydt, lambda r: pidx)), ydt)
+            return self.rounded(self.op("f32", "add", y, self.operand(ins.args[2], ydt, lambda r: pidx)), ydt)
+        x = self.convert(self.value(xr, idx), xt.dtype, "f32")
         rstd = self._mat_value(f"lnrstd{out}", sidx)
         g = self.operand(ins.args[1], "f32", lambda r: pidx)
         b = self.operand(ins.args[2], "f32", lambda r: pidx)
@@ -1038,6 +1049,11 @@ class _Lower:
         if keep_e:
             self._try_nest(outer_sizes, build_scale)
 
+    def _ln_eager(self, ydt: str) -> bool:
+        """layer_norm's y follows MindSpore CPU's float32/float16 steps (eager_math), else it is
+        computed from the float64 statistics and rounded once."""
+        return self.eager_math and ydt in ("f32", "f16")
+
     def _lower_layer_norm(self, ins) -> None:
         x = int(ins.args[0])
         xt = self.types[x]
@@ -1077,9 +1093,13 @@ class _Lower:
             var_d = self.op("f64", "div_plain", acc2, nf)
             var_f = self.rounded(self.op("f32", "cast", var_d, src="f64", dst="f32"), dt)
             self._materialise(var_r, dt, self.out_buf.get(var_r), natural, var_f)
-            rstd = self.op("f64", "rsqrt_scalar", self.op("f64", "add", var_d, self.const(eps, "f64")))
-            rstd_f = self.op("f32", "cast", rstd, src="f64", dst="f32")
-            self._materialise(f"lnrstd{y}", "f32", None, natural, rstd_f, stat_shape)
+            if self._ln_eager(self.types[y].dtype):
+                sd = self.op("f32", "sqrt", self.op("f32", "add", var_f, self.const(eps, "f32")))
+                self._materialise(f"lnsd{y}", "f32", None, natural, sd, stat_shape)
+            else:
+                rstd = self.op("f64", "rsqrt_scalar", self.op("f64", "add", var_d, self.const(eps, "f64")))
+                rstd_f = self.op("f32", "cast", rstd, src="f64", dst="f32")
+                self._materialise(f"lnrstd{y}", "f32", None, natural, rstd_f, stat_shape)
             s2.post = self.code
             return [s1, s2]
 

@@ -1171,6 +1171,15 @@ def _layer_norm(args, attrs):
             y = (x.astype(np.float16) - mean32.astype(np.float16)) / sd
             y = y * _cast(gamma, out) + _cast(beta, out)
         return y.astype(np.float16), mean32, var32
+    if out == np.float32:
+        # MindSpore CPU's float32 LayerNorm (measured bit-equal, session 19): mean and var in double,
+        # rounded to float32; then each step in float32: ((x - mean) / sqrtf(var + eps)) * gamma + beta.
+        mean32, var32 = mean.astype(np.float32), var.astype(np.float32)
+        with np.errstate(all="ignore"):
+            sd = np.sqrt(var32 + np.float32(attrs["eps"]))
+            y = (x.astype(np.float32) - mean32) / sd
+            y = y * _cast(gamma, out) + _cast(beta, out)
+        return y.astype(np.float32), mean32, var32
     y = (xw - mean) / np.sqrt(var + attrs["eps"]) * _wide(_cast(gamma, out)) + _wide(_cast(beta, out))
     # (the statistics are float32 whatever x's type, as MindSpore returns them)
     return y.astype(out), mean.astype(np.float32), var.astype(np.float32)
