@@ -283,7 +283,8 @@ def _c_function(fn: str, op: Op, a, x) -> str:
     if fn == "softplus":
         return f"dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
     if fn in ("silu_grad", "gelu_grad_none", "gelu_grad_tanh"):
-        name = {"gelu_grad_none": "gelu_grad_erf", "silu_grad": "silu_grad_op"}.get(fn, fn)
+        name = {"gelu_grad_none": "gelu_grad_erf", "silu_grad": "silu_grad_op",
+                "gelu_grad_tanh": "gelu_grad_tanh_op"}[fn]
         return f"dvm_{name}({a[0]}, {a[1]})"
     raise ValueError(f"no C rendering for op {fn}")
 
@@ -417,7 +418,7 @@ class CRenderer:
         if self.fast:
             head.append("#define DVM_FAST 1")
         head.append(cmath.STRICT_C if self.strict else cmath.MATH_C)
-        for f in EAGER_MATH_OPS + ("silu_grad",):  # (see cmath._EAGER_C)
+        for f in EAGER_MATH_OPS + ("silu_grad", "gelu_grad_tanh"):  # (see cmath._EAGER_C)
             head.append(f"#define dvm_{f}_op dvm_{f}{'_ms' if self.eager else ''}")
         head.append(_HELPERS)
         self.open("void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)")

@@ -737,6 +737,21 @@ def _gelu_grad_f64(x, approximate: str):
     return cdf + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
+def _gelu_grad_tanh_ms(dy, x):
+    """MindSpore CPU's GeLUGrad, tanh form, in float32 (its float16 and float64 GeLUGrad give the
+    same values rounded: measured bit-equal on 16,000 values each, session 19): tanh and the slope
+    factor m in double, rounded to float32, then dy * (((1 + t) + (x * (1 - t*t)) * m) / 2), every
+    step rounded to float32 (float64 in the closed form, `_gelu_grad_f64`, was off on about two
+    thirds of the values)."""
+    x32, dy32 = x.astype(F32), dy.astype(F32)
+    d = x32.astype(F64)
+    with np.errstate(all="ignore"):
+        t = np.tanh(0.7978845608 * (d + 0.044715 * d * d * d)).astype(F32)
+        m = (0.7978845608 + 0.1070322244 * d * d).astype(F32)
+        one = np.float32(1.0)
+        return dy32 * (((one + t) + (x32 * (one - t * t)) * m) / np.float32(2.0))
+
+
 @_impl("gelu_grad", "sigmoid_grad", "tanh_grad", "silu_grad", "elu_grad")
 def _grad(op, args, attrs):
     """Computed in float64 from operands cast to the result dtype."""
@@ -765,6 +780,8 @@ def _grad(op, args, attrs):
         with np.errstate(all="ignore"):
             sg = _sigmoid_ms(x)
             return np.asarray(dy * sg + (dy * x) * (sg * (_F32(1.0) - sg))).astype(dt)
+    if op == "gelu_grad" and attrs["approximate"] == "tanh" and dt in (F32, np.float16, F64):
+        return np.asarray(_gelu_grad_tanh_ms(_cast(ts[0], dt), _cast(ts[1], dt))).astype(dt)
     a, b = (_wide(_cast(v, dt)) for v in ts)
     if op == "gelu_grad":  # (dy, x, y); y unused, as MindSpore's GeLUGrad
         r = a * _gelu_grad_f64(b, attrs["approximate"])

@@ -199,3 +199,42 @@ def test_fused_layer_norm_equals_eager(cache, dtype, shape, bna):
         own = compile_group(fn, cache=cache, eager_math=False)([x, g, b])[0]
         finite = np.isfinite(eager[0])
         assert not np.array_equal(own[finite], eager[0][finite])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "f64"])
+def test_gelu_grad_tanh_equals_eager(cache, dtype):
+    # MindSpore 2.10 CPU's GeLUGrad (tanh form; its only GeLUGrad there) computes in float32 for
+    # every float dtype: tanh and the slope factor in double rounded to float32, then
+    # dy * (((1 + t) + (x * (1 - t*t)) * m) / 2) step by step in float32. The interpreter gives its
+    # bits for float16/32/64 and the fused kernel for float16/32 (no float64 transcendental is fused).
+    ms = pytest.importorskip("mindspore")
+    from mindspore import nn
+
+    ms.runtime.launch_blocking()
+    npdt = {"f32": np.float32, "f16": np.float16, "f64": np.float64}[dtype]
+    rng = np.random.default_rng(5)
+    with np.errstate(over="ignore"):  # (1e30 is inf in float16)
+        x = np.concatenate([rng.standard_normal(3000) * 3, rng.uniform(-10, 10, 3000),
+                            [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 20.0, -20.0]]).astype(npdt)
+    dy = rng.standard_normal(x.size).astype(npdt)
+    got = []
+
+    class Grab(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, args, kwargs=None):
+            out = func(*args)
+            if func.name == "GeLUGrad":
+                got.append(out.asnumpy())
+            return out
+
+    gelu = nn.GELU(approximate=True)
+    with Grab():
+        ms.grad(lambda v: (gelu(v) * ms.Tensor(dy)).sum())(ms.Tensor(x))
+    (eager,) = got
+    g = G()
+    g.op("gelu_grad", g.param(dtype, (B,)), g.param(dtype, (B,)), g.param(dtype, (B,)), approximate="tanh")
+    fn = g.fn()
+    results = [reference(fn, [dy, x, x])[0]]
+    if dtype != "f64":
+        results.append(compile_group(fn, cache=cache, eager_math=True)([dy, x, x])[0])
+    for y in results:
+        assert y.dtype == eager.dtype and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
