@@ -274,7 +274,9 @@ def _c_function(fn: str, op: Op, a, x) -> str:
         return f"dvm_elu_op({x}, {c_float(op.attr('alpha'), 'f32')})"
     if fn in EAGER_MATH_OPS:  # MindSpore's formulas or ours: the kernel's head says (eager_math)
         return f"dvm_{fn}_op({x})"
-    if fn in ("log", "log2", "erf", "erfc", "gelu_erf", "gelu_tanh"):
+    if fn == "gelu_tanh":
+        return f"dvm_gelu_tanh_op({x})"
+    if fn in ("log", "log2", "erf", "erfc", "gelu_erf"):
         return f"dvm_{fn}({x})"
     if fn == "exp_libm":  # the C library's expf (MindSpore CPU's softmax along a non-last axis)
         return f"expf({x})"
@@ -418,7 +420,7 @@ class CRenderer:
         if self.fast:
             head.append("#define DVM_FAST 1")
         head.append(cmath.STRICT_C if self.strict else cmath.MATH_C)
-        for f in EAGER_MATH_OPS + ("silu_grad", "gelu_grad_tanh"):  # (see cmath._EAGER_C)
+        for f in EAGER_MATH_OPS + ("silu_grad", "gelu_grad_tanh", "gelu_tanh"):  # (see cmath._EAGER_C)
             head.append(f"#define dvm_{f}_op dvm_{f}{'_ms' if self.eager else ''}")
         head.append(_HELPERS)
         self.open("void dvm_kernel(void *const *ptrs, const int64_t *strides, const int64_t *sizes)")

@@ -478,6 +478,13 @@ static inline float dvm_silu_grad_ms(float dy, float x) {
     float b = dvm_keepf(dy * x);
     return a + dvm_keepf(b * (s * (1.0f - s)));
 }
+/* MindSpore's GeLU, tanh form (float32; float16 eager runs it and rounds once): every step in
+   float32 on the C library's tanhf, as the interpreter's `_gelu_tanh_ms` (measured bit-equal to
+   eager). Scalar: tanhf is a call, as in eager. */
+static inline float dvm_gelu_tanh_ms(float x) {
+    float u = 0.7978845608f * (x + dvm_keepf(dvm_keepf(dvm_keepf(0.044715f * x) * x) * x));
+    return dvm_keepf(0.5f * x) * (1.0f + tanhf(u));
+}
 /* MindSpore's GeLUGrad, tanh form (float32; float16 and float64 eager compute it in float32 too):
    tanh and the slope factor in double, each rounded to float32, then
    dy * (((1 + t) + (x * (1 - t*t)) * m) / 2) in float32 with every product rounded on its own
