@@ -329,6 +329,9 @@ def _const_of(value, dtype: str):
 # --- lowering -----------------------------------------------------------------------------------
 _REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min"})
 _NORM_OPS = frozenset({"softmax", "log_softmax", "layer_norm"})
+# float16 ops whose MindSpore kernel rounds an inner step to float16 (`_Lower._f16_steps`).
+_F16_STEPS = frozenset({"sigmoid", "silu", "rsqrt", "expm1", "log1p"})
+_F16_STEPS2 = frozenset({"sigmoid_grad", "silu_grad", "fmod"})
 _VIEW_OPS = frozenset({"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice", "select",
                        "identity", "contiguous"})
 _TRANSCENDENTAL = frozenset({
@@ -700,6 +703,10 @@ class _Lower:
 
     def _float_op(self, op, ins, arg, rd, ct) -> str:
         a = ins.attrs
+        if rd == "f16" and self.eager_math and op in _F16_STEPS:
+            return self._f16_steps(op, arg(0, rd))
+        if rd == "f16" and self.eager_math and op in _F16_STEPS2:
+            return self._f16_steps2(op, arg(0, rd), arg(1, rd))
         if op in ("add", "sub", "mul", "div", "floor_div", "trunc_div", "mod", "fmod", "maximum", "minimum",
                   "atan2"):
             return self.op(ct, op, arg(0, rd), arg(1, rd))
@@ -731,6 +738,48 @@ class _Lower:
                                         "trunc", "sign", "hardswish", "hardsigmoid"):
             return self.op(ct, op, arg(0, rd))
         raise CodegenError(f"op {op} is not supported by the C backend")
+
+    def _f16_steps(self, op: str, x: str) -> str:
+        """MindSpore 2.10 CPU's float16 kernels that round an inner step to float16 (the
+        interpreter's `_MS_F16`, measured bit-equal to eager over every finite float16): x holds a
+        float16 value in float32; the caller rounds the result."""
+        one = self.const(1.0, "f32")
+
+        def r16(v):
+            return self.rounded(v, "f16")
+
+        def sigmoid(v):  # 1 / f16(1 + f16(expf(-x)))
+            return self.op("f32", "div_plain", one,
+                           r16(self.op("f32", "add", one, r16(self.op("f32", "exp_libm", self.op("f32", "neg", v))))))
+
+        if op == "sigmoid":
+            return sigmoid(x)
+        if op == "silu":
+            return self.op("f32", "mul", x, r16(sigmoid(x)))
+        if op == "rsqrt":
+            return self.op("f32", "div_plain", one, r16(self.op("f32", "sqrt", x)))
+        if op == "expm1":
+            return self.op("f32", "sub", r16(self.op("f32", "exp_libm", x)), one)
+        return self.op("f32", "log", r16(self.op("f32", "add", x, one)))  # log1p
+
+    def _f16_steps2(self, op: str, a: str, b: str) -> str:
+        """`_f16_steps` for binary ops: sigmoid_grad (y, dy) as f16(f16(1 - y) * y) * dy; silu_grad
+        (dy, x) on the float16 sigmoid s as f16(dy*s) + f16(f16(dy*x) * f16(s * f16(1 - s))); fmod as
+        x - f16(trunc(f16(x / y)) * y) (the interpreter's float16 arithmetic)."""
+        one = self.const(1.0, "f32")
+
+        def r16(v):
+            return self.rounded(v, "f16")
+
+        if op == "sigmoid_grad":
+            return self.op("f32", "mul", r16(self.op("f32", "mul", r16(self.op("f32", "sub", one, a)), a)), b)
+        if op == "silu_grad":
+            s = r16(self._f16_steps("sigmoid", b))
+            t = r16(self.op("f32", "mul", s, r16(self.op("f32", "sub", one, s))))
+            return self.op("f32", "add", r16(self.op("f32", "mul", a, s)),
+                           r16(self.op("f32", "mul", r16(self.op("f32", "mul", a, b)), t)))
+        q = self.op("f32", "trunc", r16(self.op("f32", "div_plain", a, b)))  # fmod
+        return self.op("f32", "sub", a, r16(self.op("f32", "mul", q, b)))
 
     # --- norms (lazy epilogues) -----------------------------------------------------------------
     def _stat_index(self, x_shape: tuple, axes, idx: tuple) -> tuple:
