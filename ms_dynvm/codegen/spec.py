@@ -808,12 +808,18 @@ class _Lower:
         """How softmax `ins` is computed (see `_lower_softmax`): "last" or "other" (MindSpore's
         float32 softmax along the last or another axis, under eager_math), or None (ours)."""
         xt = self.types[int(ins.args[0])]
-        if not (self.eager_math and ins.op == "softmax" and xt.dtype == "f32"
-                and self.types[ins.outs[0]].dtype == "f32"):
+        if not (self.eager_math and ins.op == "softmax" and xt.dtype in ("f32", "f16")
+                and self.types[ins.outs[0]].dtype == xt.dtype):
             return None
+        if xt.dtype == "f16":
+            return "f16"
         return "last" if _softmax_axis(ins.attrs["axis"], xt.rank) == xt.rank - 1 else "other"
 
     def _softmax_exp(self, mode, d: str) -> str:
+        if mode == "f16":
+            # MindSpore's float16 softmax (the interpreter's): f16(expf(f16(x - max))); the sum of
+            # those in float32, rounded to float16; y = f16(e / that)
+            return self.rounded(self.op("f32", "exp_libm", self.rounded(d, "f16")), "f16")
         return self.op("f32", "exp_libm" if mode == "other" else "exp", d)
 
     def _softmax_scale(self, mode, e: str, s: str) -> str:
@@ -1062,6 +1068,8 @@ class _Lower:
             if ins.op == "softmax":
                 if not ms:
                     s = self.op("f32", "cast", acc, src="f64", dst="f32")
+                elif mode == "f16":
+                    s = self.rounded(acc, "f16")
                 elif mode == "last":
                     s = self.op("f32", "div_plain", self.const(1.0, "f32"), acc)
                 else:
