@@ -222,8 +222,8 @@ def c_op(op: Op, ct: str) -> str:
         if ct == "f32":
             return f"dvm_atan2f_d({a[0]}, {a[1]})"
         return f"{_fsuffix(ct, 'atan2')}({a[0]}, {a[1]})"
-    if fn == "lerp":
-        return f"({a[0]} + {a[2]} * ({a[1]} - {a[0]}))"
+    if fn == "lerp":  # (the product rounded apart, as eager's Lerp: GCC would contract it into the add)
+        return f"({a[0]} + {_kept(f'{a[2]} * ({a[1]} - {a[0]})', ct)})"
     if fn == "addcmul":
         return f"({a[0]} + {a[3]} * ({a[1]} * {a[2]}))"
     if fn == "softmax_fix":  # (r, x, max): MindSpore CPU's float32 last-axis softmax (see the interpreter)

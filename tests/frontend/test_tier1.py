@@ -974,3 +974,27 @@ def test_runs_inside_a_mixed_precision_cell_are_neither_learned_nor_served():
     assert fused_inside == 0 and fused > 0
     for got, want in ((got_mixed, want_mixed), (got_plain, want_plain)):
         assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_float16_groups_with_mindspore_steps_are_compiled_and_bit_equal():
+    """Under eager_math the kernels follow MindSpore's float16 kernels for sigmoid, silu, softmax,
+    tanh, exp, rsqrt ... (tests/codegen/test_eager_math.py), so float16 groups holding them are
+    compiled and served (before session 19 every such group ran eagerly), bit-equal to eager."""
+    def f(x):
+        y = ops.sigmoid(x) * x
+        y = ops.softmax(y, -1) + ops.silu(x)
+        return ops.tanh(y) - ops.exp(x * 0.1) + ops.rsqrt(ops.abs(x) + 1.0)
+
+    rng = np.random.default_rng(3)
+    xs = [ms.Tensor((rng.standard_normal((n, 24)) * 2).astype(np.float16)) for n in (8, 16, 5) * 12]
+    want = [f(x).asnumpy() for x in xs]
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(compile_policy="threshold", step_switch=False)
+    try:
+        got = [f(x).asnumpy() for x in xs]
+        st = ms_dynvm.stats()
+    finally:
+        ms_dynvm.disable()
+    assert st["fused_ops"] > 0, st
+    assert not any("float16" in k for k in st["fallbacks"]), st["fallbacks"]
+    assert all(g.dtype == w.dtype == np.float16 and np.array_equal(g, w) for g, w in zip(got, want))
