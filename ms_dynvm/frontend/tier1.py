@@ -113,6 +113,15 @@ FUSIBLE = (
         "full_like"}))
     - frozenset({"dropout"}) - SIZED_VIEWS
 )
+# Under eager_math (the default) log_softmax is not fused: MindSpore CPU's LogSoftmax is oneDNN's,
+# with its own exp, log and summation order, not reproduced (README, "Not supported"), and a served
+# one is up to ~5e-6 off eager, which training amplifies (a helper's held-out round, session 19:
+# 140 Momentum steps of a log_softmax loss, final parameters up to 3e-3 relative off eager).
+FUSIBLE_EAGER_MATH = FUSIBLE - frozenset({"log_softmax"})
+# ... and its backward, LogSoftmaxGrad, which the recorder lowers to dy - exp(y) * sum(dy) (ops
+# fused elsewhere): MindSpore's kernel for it is not reproduced either (served, the gradient of
+# that round's repro was up to 7e-6 off eager). Dispatched op names tier 1 never fuses under eager_math.
+UNFUSED_NAMES_EAGER_MATH = frozenset({"LogSoftmaxGrad"})
 
 
 def _requires_grad() -> bool:
@@ -642,7 +651,9 @@ class Tier1:
         self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
         self.exiting = False  # set at interpreter exit: no compile is started (see _compile)
         recorder.want_tags = True  # after_op reads the tags the recorder just read/set
-        recorder.link_ops = FUSIBLE  # view copies that runs may take in are linked (Recorder._link_for)
+        self.fusible = FUSIBLE_EAGER_MATH if opts.eager_math else FUSIBLE
+        self.unfused_names = UNFUSED_NAMES_EAGER_MATH if opts.eager_math else frozenset()
+        recorder.link_ops = self.fusible  # view copies that runs may take in are linked (Recorder._link_for)
 
     def reset(self, recorder, opts) -> None:
         """Re-attach to a new recorder (a new enable()); drop transient state, keep what was learned."""
@@ -651,7 +662,9 @@ class Tier1:
         self.recorder = recorder
         self.opts = opts
         recorder.want_tags = True
-        recorder.link_ops = FUSIBLE
+        self.fusible = FUSIBLE_EAGER_MATH if opts.eager_math else FUSIBLE
+        self.unfused_names = UNFUSED_NAMES_EAGER_MATH if opts.eager_math else frozenset()
+        recorder.link_ops = self.fusible
         self.exiting = False
         self.hist.clear()
         self.run = None
@@ -944,17 +957,17 @@ class Tier1:
         # Tensors inside a sequence argument (AddN's list) are not bound or checked by the serving
         # machinery (`_tensors` sees top-level tensors only): such an op ends the run.
         fusible = view = False
-        if (last is not None and name not in _INPLACE
+        if (last is not None and name not in _INPLACE and name not in self.unfused_names
                 and not (len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple
                          and _requires_grad())):
             blk, s0, s1 = last[0], last[1], last[2]
             if s1 - s0 == 1:  # one instruction (the common case): its op name, without a list
                 op = blk.op_at(s0)
-                fusible = op in FUSIBLE
+                fusible = op in self.fusible
                 view = op in VIEW_OPS
             else:
                 ops = blk.op_names(s0, s1)
-                fusible = all(op in FUSIBLE for op in ops)
+                fusible = all(op in self.fusible for op in ops)
                 view = any(op in VIEW_OPS for op in ops)
             fusible = fusible and not _has_tensor_sequence(args)
         if not fusible:
