@@ -208,6 +208,34 @@ def _specials_and_normals(npdt, seed=5):
                                [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 20.0, -20.0]]).astype(npdt)
 
 
+def _assert_equal_eager(fn, args, eager, cache, kernel=True):
+    """The interpreter's results for `fn` on `args`, and the fused kernel's (eager_math) unless
+    `kernel` is false, equal eager's bit for bit (NaN where it gives NaN)."""
+    results = [reference(fn, args)[0]]
+    if kernel:
+        results.append(compile_group(fn, cache=cache, eager_math=True)(args)[0])
+    for y in results:
+        assert y.dtype == eager.dtype and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
+
+
+def _eager_grad_op(ms, f, x, w):
+    """(arguments, result) as NumPy arrays of the one backward kernel (an op named *Grad) that
+    MindSpore dispatches for d/dx sum(f(x) * w)."""
+    got = []
+
+    class Grab(ms.MsDispatchMode):
+        def __ms_dispatch__(self, func, a, kwargs=None):
+            out = func(*a)
+            if func.name.endswith("Grad"):
+                got.append(([t.asnumpy() for t in a if isinstance(t, ms.Tensor)], out.asnumpy()))
+            return out
+
+    with Grab():
+        ms.grad(lambda v: (f(v) * ms.Tensor(w)).sum())(ms.Tensor(x))
+    ((args, out),) = got
+    return args, out
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16", "f64"])
 def test_gelu_tanh_equals_eager(cache, dtype):
     # MindSpore 2.10 CPU's GeLU (tanh form, nn.GELU's default): u = 0.7978845608 * (x + 0.044715*x^3)
@@ -223,12 +251,7 @@ def test_gelu_tanh_equals_eager(cache, dtype):
     eager = nn.GELU(approximate=True)(ms.Tensor(x)).asnumpy()
     g = G()
     g.op("gelu", g.param(dtype, (B,)), approximate="tanh")
-    fn = g.fn()
-    results = [reference(fn, [x])[0]]
-    if dtype != "f64":
-        results.append(compile_group(fn, cache=cache, eager_math=True)([x])[0])
-    for y in results:
-        assert y.dtype == eager.dtype and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
+    _assert_equal_eager(g.fn(), [x], eager, cache, kernel=dtype != "f64")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "f64"])
@@ -244,27 +267,11 @@ def test_gelu_grad_tanh_equals_eager(cache, dtype):
     npdt = {"f32": np.float32, "f16": np.float16, "f64": np.float64}[dtype]
     x = _specials_and_normals(npdt)
     dy = np.random.default_rng(6).standard_normal(x.size).astype(npdt)
-    got = []
-
-    class Grab(ms.MsDispatchMode):
-        def __ms_dispatch__(self, func, args, kwargs=None):
-            out = func(*args)
-            if func.name == "GeLUGrad":
-                got.append(out.asnumpy())
-            return out
-
-    gelu = nn.GELU(approximate=True)
-    with Grab():
-        ms.grad(lambda v: (gelu(v) * ms.Tensor(dy)).sum())(ms.Tensor(x))
-    (eager,) = got
+    (dy_, x_, _), eager = _eager_grad_op(ms, nn.GELU(approximate=True), x, dy)  # GeLUGrad(dy, x, y)
+    assert np.array_equal(dy_, dy) and np.array_equal(x_, x, equal_nan=True)
     g = G()
     g.op("gelu_grad", g.param(dtype, (B,)), g.param(dtype, (B,)), g.param(dtype, (B,)), approximate="tanh")
-    fn = g.fn()
-    results = [reference(fn, [dy, x, x])[0]]
-    if dtype != "f64":
-        results.append(compile_group(fn, cache=cache, eager_math=True)([dy, x, x])[0])
-    for y in results:
-        assert y.dtype == eager.dtype and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
+    _assert_equal_eager(g.fn(), [dy, x, x], eager, cache, kernel=dtype != "f64")
 
 
 @pytest.mark.parametrize("op", ["sigmoid", "silu", "rsqrt", "expm1", "log1p", "exp", "tanh", "elu"])
@@ -317,25 +324,11 @@ def test_grads_and_fmod_equal_eager(cache, op, dtype):
     if op == "fmod":
         eager = ops.fmod(ms.Tensor(x), ms.Tensor(w)).asnumpy()
         args = [x, w]
-    else:
-        got = []
-
-        class Grab(ms.MsDispatchMode):
-            def __ms_dispatch__(self, func, a, kwargs=None):
-                out = func(*a)
-                if func.name.endswith("Grad"):
-                    got.append(([t.asnumpy() for t in a], out.asnumpy()))
-                return out
-
-        f = ops.sigmoid if op == "sigmoid_grad" else ops.silu
-        with Grab():
-            ms.grad(lambda v: (f(v) * ms.Tensor(w)).sum())(ms.Tensor(x))
-        ((args, eager),) = got  # (SigmoidGrad: y, dy; SiLUGrad: dy, x)
+    else:  # (SigmoidGrad: y, dy; SiLUGrad: dy, x)
+        args, eager = _eager_grad_op(ms, ops.sigmoid if op == "sigmoid_grad" else ops.silu, x, w)
     g = G()
     g.op(op, g.param(dtype, (B,)), g.param(dtype, (B,)))
-    fn = g.fn()
-    for y in (reference(fn, args)[0], compile_group(fn, cache=cache, eager_math=True)(args)[0]):
-        assert y.dtype == eager.dtype and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
+    _assert_equal_eager(g.fn(), args, eager, cache)
 
 
 @pytest.mark.parametrize("shape,axis", SOFTMAX_CASES)
@@ -384,6 +377,4 @@ def test_lerp_and_floor_mod_equal_eager(cache, op, dtype):
         eager = (ms.Tensor(a) % ms.Tensor(b)).asnumpy()
     g = G()
     g.op(op, *[g.param(dtype, (B,)) for _ in args])
-    fn = g.fn()
-    for y in (reference(fn, args)[0], compile_group(fn, cache=cache, eager_math=True)(args)[0]):
-        assert y.dtype == eager.dtype and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
+    _assert_equal_eager(g.fn(), args, eager, cache)
