@@ -27,7 +27,7 @@ Arithmetic that MindSpore defines specially follows the reference interpreter: f
 x86 float->int conversion (cvtt: INT_MIN for NaN/overflow; narrower integers wrap from int32),
 integer arithmetic wraps (`-fwrapv`). Products are rounded on their own, as eager and the interpreter
 round each op (`dvm_keepf`: GCC would otherwise contract a VM op's `a*b` and a following VM op's `+c`,
-or mod's and fmod's product and difference, into one fma; an fma turned an exact 0 of `1 % 3e-21` into
+or mod's product and difference, into one fma; an fma turned an exact 0 of `1 % 3e-21` into
 -8.6e-17); inside the math functions contraction stays on.
 """
 
@@ -212,8 +212,8 @@ def c_op(op: Op, ct: str) -> str:
     if fn == "mod":  # in double, as MindSpore's FloorMod, the product rounded apart (dvm_keepd)
         q = f"floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
         return f"({T})((double)({a[0]}) - {_kept(f'{q} * (double)({a[1]})', 'f64')})"
-    if fn == "fmod":
-        return f"({a[0]} - {_kept(f'{trunc}({a[0]} / {a[1]}) * {a[1]}', ct)})"
+    if fn == "fmod":  # the exact C fmod, as MindSpore's TruncateMod (see the interpreter)
+        return f"{_fsuffix(ct, 'fmod')}({a[0]}, {a[1]})"
     if fn == "pow":
         if ct == "f32":  # in double, rounded once, as the interpreter (powf was 1 ulp off eager's x ** 2
             return f"dvm_powf_d({a[0]}, {a[1]})"  # with a tensor exponent 2; see cmath)

@@ -331,7 +331,7 @@ _REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min"})
 _NORM_OPS = frozenset({"softmax", "log_softmax", "layer_norm"})
 # float16 ops whose MindSpore kernel rounds an inner step to float16 (`_Lower._f16_steps`).
 _F16_STEPS = frozenset({"sigmoid", "silu", "rsqrt", "expm1", "log1p"})
-_F16_STEPS2 = frozenset({"sigmoid_grad", "silu_grad", "fmod"})
+_F16_STEPS2 = frozenset({"sigmoid_grad", "silu_grad"})
 _VIEW_OPS = frozenset({"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice", "select",
                        "identity", "contiguous"})
 _TRANSCENDENTAL = frozenset({
@@ -717,7 +717,9 @@ class _Lower:
                 return self.op(ct, "mul", x, x)
             return self.op(ct, "pow", arg(0, rd), arg(1, rd))
         if op in ("lerp",):
-            return self.op(ct, "lerp", arg(0, rd), arg(1, rd), arg(2, rd))
+            # (a float16 lerp computes in float32 with the weight as float32: a float32 0-d weight,
+            # or a Python float, is not rounded to float16 first; see the interpreter)
+            return self.op(ct, "lerp", arg(0, rd), arg(1, rd), arg(2, "f32" if rd == "f16" else rd))
         if op == "addcmul":
             return self.op(ct, "addcmul", arg(0, rd), arg(1, rd), arg(2, rd), self.const(a["value"], rd))
         if op in ("relu_grad",):
@@ -763,9 +765,8 @@ class _Lower:
         return self.op("f32", "log", r16(self.op("f32", "add", x, one)))  # log1p
 
     def _f16_steps2(self, op: str, a: str, b: str) -> str:
-        """`_f16_steps` for binary ops: sigmoid_grad (y, dy) as f16(f16(1 - y) * y) * dy; silu_grad
-        (dy, x) on the float16 sigmoid s as f16(dy*s) + f16(f16(dy*x) * f16(s * f16(1 - s))); fmod as
-        x - f16(trunc(f16(x / y)) * y) (the interpreter's float16 arithmetic)."""
+        """`_f16_steps` for the gradients: sigmoid_grad (y, dy) as f16(f16(1 - y) * y) * dy;
+        silu_grad (dy, x) on the float16 sigmoid s as f16(dy*s) + f16(f16(dy*x) * f16(s * f16(1 - s)))."""
         one = self.const(1.0, "f32")
 
         def r16(v):
@@ -773,13 +774,10 @@ class _Lower:
 
         if op == "sigmoid_grad":
             return self.op("f32", "mul", r16(self.op("f32", "mul", r16(self.op("f32", "sub", one, a)), a)), b)
-        if op == "silu_grad":
-            s = r16(self._f16_steps("sigmoid", b))
-            t = r16(self.op("f32", "mul", s, r16(self.op("f32", "sub", one, s))))
-            return self.op("f32", "add", r16(self.op("f32", "mul", a, s)),
-                           r16(self.op("f32", "mul", r16(self.op("f32", "mul", a, b)), t)))
-        q = self.op("f32", "trunc", r16(self.op("f32", "div_plain", a, b)))  # fmod
-        return self.op("f32", "sub", a, r16(self.op("f32", "mul", q, b)))
+        s = r16(self._f16_steps("sigmoid", b))  # silu_grad
+        t = r16(self.op("f32", "mul", s, r16(self.op("f32", "sub", one, s))))
+        return self.op("f32", "add", r16(self.op("f32", "mul", a, s)),
+                       r16(self.op("f32", "mul", r16(self.op("f32", "mul", a, b)), t)))
 
     # --- norms (lazy epilogues) -----------------------------------------------------------------
     def _stat_index(self, x_shape: tuple, axes, idx: tuple) -> tuple:

@@ -319,7 +319,8 @@ def _unary(op: str):
 
 
 def _f32_scalar_for_f64(t, v):
-    """A Python float `v` taken by a scalar-form op (Muls, Divs, EqScalar, ClampScalar, pow...)
+    """A Python float `v` taken by a scalar-form op (Muls, Divs, EqScalar, ClampScalar, pow...) or
+    a legacy binary primitive (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured session 19)
     with the float64 tensor `t`: MindSpore 2.10 holds the scalar as a float32 (measured: f64
     `t * 0.1` multiplies by 0.10000000149011612; an int stays exact), so the VM does too. Other
     dtypes compute in float32 or narrower anyway: `v` unchanged (so tier 1's size-derived scalars,
@@ -330,7 +331,7 @@ def _f32_scalar_for_f64(t, v):
     return v
 
 
-def _binary(op: str, scalar_form: bool = False):
+def _binary(op: str):
     def h(a, prim):
         x, y = a
         # Numbers are told apart by their type first: isinstance(2.5, Tensor) goes through the
@@ -338,11 +339,10 @@ def _binary(op: str, scalar_form: bool = False):
         if type(x) in _NUMBER_TYPES:
             if not isinstance(y, Tensor):
                 raise _Unsupported
-            if scalar_form:
-                x = _f32_scalar_for_f64(y, x)
+            x = _f32_scalar_for_f64(y, x)
         elif not isinstance(x, Tensor) or not (type(y) in _NUMBER_TYPES or isinstance(y, Tensor)):
             raise _Unsupported
-        elif scalar_form:
+        elif type(y) is float:
             y = _f32_scalar_for_f64(x, y)
         return (op, (x, y), {})
 
@@ -1569,10 +1569,6 @@ for _ms, _vm in {
 }.items():
     _TABLE[_ms] = _unary(_vm)
 
-_SCALAR_FORMS = frozenset((
-    "Muls Divs PowTensorScalar PowScalarTensor EqScalar GreaterEqualScalar LessScalar FmodScalar "
-    "FloorDivScalar").split())
-
 for _ms, _vm in {
     # tensor (or 0-d tensor) operands
     "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "RealDiv": "div", "Maximum": "maximum",
@@ -1589,7 +1585,7 @@ for _ms, _vm in {
     "BitwiseAndScalar": "bitwise_and", "BitwiseOrScalar": "bitwise_or",
     "BitwiseXorScalar": "bitwise_xor",
 }.items():
-    _TABLE[_ms] = _binary(_vm, _ms in _SCALAR_FORMS)
+    _TABLE[_ms] = _binary(_vm)
 
 _reg("AddExt AddScalar", _binary_alpha("add"))
 _reg("SubExt SubScalar", _binary_alpha("sub"))

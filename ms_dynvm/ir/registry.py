@@ -31,7 +31,8 @@ Dtype rules follow MindSpore 2.10 (measured on CPU, see tests/runtime/test_inter
   integer dtypes (MindSpore CumSum), bool -> i64; all/any give bool except `any` of u8 gives u8;
   argmax/argmin give `dtype` (with axis=None a scalar even when keepdims, as MindSpore's argmax);
   var/logsumexp/softmax/log_softmax follow the float-valued rule.
-- where/clamp/lerp/addcmul promote all tensor/immediate value operands; masked_fill keeps x's dtype;
+- where/clamp/addcmul promote all tensor/immediate value operands (lerp: start and end only, the
+  weight's dtype does not count); masked_fill keeps x's dtype;
   one_hot takes the dtype of on_value/off_value; dropout's mask has x's dtype (legacy Dropout).
 - Reduction `axis` and squeeze `axis`: None or () means all axes (MindSpore's ReduceSum/SumExt and
   Squeeze treat () that way).
@@ -389,11 +390,12 @@ def _nan_to_num(op, args, attrs):
 def _lerp_addcmul(op, args, attrs):
     _tensor(op, args[0])
     shape = broadcast_shapes(*(_shape(a) for a in args), op=op)
-    dt = promote_values(op, args)
     if op == "addcmul":
-        dt = dtypes.promote_scalar(dt, attrs["value"])
+        dt = dtypes.promote_scalar(promote_values(op, args), attrs["value"])
     else:
-        dt = float_of(dt)
+        # MindSpore's Lerp: the result has start's (and end's) dtype whatever the weight's (a float32
+        # weight with float16 start and end gives float16, measured)
+        dt = float_of(promote_values(op, args[:2]))
     return [_tt(dt, shape)]
 
 

@@ -302,14 +302,14 @@ def test_fused_float16_unary_equals_eager_on_every_float16(cache, op):
 
 
 @pytest.mark.parametrize("op,dtype", [("sigmoid_grad", "f32"), ("sigmoid_grad", "f16"), ("silu_grad", "f32"),
-                                      ("silu_grad", "f16"), ("fmod", "f32"), ("fmod", "f16")])
-def test_grads_and_fmod_equal_eager(cache, op, dtype):
+                                      ("silu_grad", "f16")])
+def test_grads_equal_eager(cache, op, dtype):
     # MindSpore 2.10 CPU: float32 SigmoidGrad is dy * (y * (1 - y)) in float32 steps; float16
-    # SigmoidGrad f16(f16(1 - y) * y) * dy, float16 SiLUGrad dy*s + (dy*x) * (s*(1 - s)) on its
-    # float16 sigmoid, and float16 fmod x - trunc(x / y) * y, every step rounded to float16. The
-    # interpreter and the fused kernels (eager_math) give eager's bits; before, the interpreter's
-    # float32 SigmoidGrad (float64, rounded once) was off on 28% of values, both float16 SiLUGrads
-    # on 57%, and the float16 kernels of SigmoidGrad and fmod (float32, rounded once) on 12-28%.
+    # SigmoidGrad f16(f16(1 - y) * y) * dy and float16 SiLUGrad dy*s + (dy*x) * (s*(1 - s)) on its
+    # float16 sigmoid, every step rounded to float16. The interpreter and the fused kernels
+    # (eager_math) give eager's bits; before, the interpreter's float32 SigmoidGrad (float64, rounded
+    # once) was off on 28% of values, both float16 SiLUGrads on 57%, and the float16 SigmoidGrad
+    # kernel (float32, rounded once) on 28%.
     ms = pytest.importorskip("mindspore")
     from mindspore import ops
 
@@ -321,11 +321,8 @@ def test_grads_and_fmod_equal_eager(cache, op, dtype):
         # another way: README, "Not supported"; not reproduced)
         x = x[~np.isnan(x)]
     w = np.random.default_rng(8).standard_normal(x.size).astype(npdt) * npdt(3)
-    if op == "fmod":
-        eager = ops.fmod(ms.Tensor(x), ms.Tensor(w)).asnumpy()
-        args = [x, w]
-    else:  # (SigmoidGrad: y, dy; SiLUGrad: dy, x)
-        args, eager = _eager_grad_op(ms, ops.sigmoid if op == "sigmoid_grad" else ops.silu, x, w)
+    # (SigmoidGrad: y, dy; SiLUGrad: dy, x)
+    args, eager = _eager_grad_op(ms, ops.sigmoid if op == "sigmoid_grad" else ops.silu, x, w)
     g = G()
     g.op(op, g.param(dtype, (B,)), g.param(dtype, (B,)))
     _assert_equal_eager(g.fn(), args, eager, cache)
@@ -354,27 +351,38 @@ def test_fused_float16_softmax_equals_eager(cache, shape, axis):
     assert np.array_equal(r, eager, equal_nan=True) and np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
 
 
-@pytest.mark.parametrize("op,dtype", [("lerp", "f32"), ("lerp", "f16"), ("mod", "f32"), ("mod", "f16")])
-def test_lerp_and_floor_mod_equal_eager(cache, op, dtype):
-    # MindSpore 2.10 CPU's Lerp: a + w * (b - a), float16 computed in float32 and rounded once, the
-    # product rounded apart from the add (the float32 kernel used to contract it into an fma: off on
-    # 16%; the interpreter's float16 steps: off on 20%). `%` dispatches FloorMod, computed in double
-    # for float16 and float32 (ops.remainder is FloorDiv, Mul and SubExt, each op in the dtype: not
-    # this op).
+@pytest.mark.parametrize("op,dtype", [("lerp", "f32"), ("lerp", "f16"), ("lerp_w", "f16"), ("mod", "f32"),
+                                      ("mod", "f16"), ("fmod", "f32"), ("fmod", "f16"), ("fmod", "f64")])
+def test_lerp_and_mods_equal_eager(cache, op, dtype):
+    # MindSpore 2.10 CPU's Lerp: a + w * (b - a), float16 computed in float32 and rounded once with
+    # the weight as float32 (lerp_w: `ops.lerp(a, b, 0.7)` passes a float32 0-d weight, which the
+    # kernels rounded to float16: off on 38%), the product rounded apart from the add (the float32
+    # kernel contracted it into an fma: off on 16%; the interpreter's float16 steps: off on 20%).
+    # `%` dispatches FloorMod, computed in double for float16 and float32 (ops.remainder is FloorDiv,
+    # Mul and SubExt, each op in the dtype: not this op). ops.truncate_mod dispatches TruncateMod,
+    # the VM's fmod: the exact C fmod (x - trunc(x/y)*y was off on 68%; ops.fmod and mint.fmod
+    # dispatch DivMod, Mul and SubExt instead).
     ms = pytest.importorskip("mindspore")
     from mindspore import ops
 
     ms.runtime.launch_blocking()
-    npdt = {"f32": np.float32, "f16": np.float16}[dtype]
+    npdt = {"f32": np.float32, "f16": np.float16, "f64": np.float64}[dtype]
     rng = np.random.default_rng(13)
-    a, b = (rng.standard_normal(6000) * 3).astype(npdt), (rng.standard_normal(6000) * 2).astype(npdt)
+    a, b = (rng.standard_normal(6000) * 30).astype(npdt), (rng.standard_normal(6000) * 2).astype(npdt)
+    types = [dtype, dtype]
     if op == "lerp":
         w = (np.abs(b) / 8).astype(npdt)
-        args = [a, b, w]
+        args, types = [a, b, w], [dtype] * 3
         eager = ops.lerp(ms.Tensor(a), ms.Tensor(b), ms.Tensor(w)).asnumpy()
-    else:
+    elif op == "lerp_w":
+        op, args, types = "lerp", [a, b, np.array(0.7, np.float32)], [dtype, dtype, "f32"]
+        eager = ops.lerp(ms.Tensor(a), ms.Tensor(b), 0.7).asnumpy()
+    elif op == "mod":
         args = [a, b]
         eager = (ms.Tensor(a) % ms.Tensor(b)).asnumpy()
+    else:
+        args = [a, b]
+        eager = ops.truncate_mod(ms.Tensor(a), ms.Tensor(b)).asnumpy()
     g = G()
-    g.op(op, *[g.param(dtype, (B,)) for _ in args])
+    g.op(op, *[g.param(t, (B,) if np.ndim(v) else ()) for t, v in zip(types, args)])
     _assert_equal_eager(g.fn(), args, eager, cache)

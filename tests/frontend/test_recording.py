@@ -897,3 +897,22 @@ def test_storage_only_unsigned_dtypes_are_opaque_calls(tmp_path):
             assert not ms_dynvm.stats()["record_errors"], ms_dynvm.stats()["record_errors"]
             for l, w in zip(live, want):
                 assert l.dtype == w.dtype and np.array_equal(l, w), (npdt, opts)
+
+
+def test_float64_tensor_with_python_float_in_legacy_primitives():
+    """MindSpore 2.10 holds a Python float combined with a float64 tensor as a float32, in the
+    legacy primitives too (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured, session 19; the VM
+    used the double there, and every value was off eager); the recorded program gives eager's bits."""
+    from mindspore import ops
+    from mindspore.ops import operations as P
+
+    x = ms.Tensor(np.random.default_rng(4).standard_normal(200) * 30)
+    fs = [lambda: P.Sub()(x, 0.7), lambda: P.RealDiv()(x, 0.7), lambda: x % 0.7, lambda: P.FloorMod()(x, -1.3),
+          lambda: ops.truncate_mod(x, -0.7), lambda: x / 0.7, lambda: x * 0.1, lambda: x - 0.7]
+    want = [f().asnumpy() for f in fs]
+    with ms_dynvm.record() as rec:
+        outs = [f() for f in fs]
+    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
+    for y, w in zip(outs, want):
+        g = got[rec.output_index(y)]
+        assert g.dtype == w.dtype == np.float64 and np.array_equal(g, w), np.sum(g != w)

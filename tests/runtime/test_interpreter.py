@@ -184,7 +184,8 @@ _SAME = [(d, d) for d in ("f32", "f16", "i32", "i64", "bool")]
 _MIXED = [("i32", "i64"), ("i32", "f32"), ("bool", "i32"), ("u8", "i8"), ("f16", "f32"), ("i64", "f32")]
 _MS_PAIRS = {
     "mul": [p for p in _SAME + _MIXED if p != ("u8", "i8")],  # no such CPU kernel
-    "fmod": [p for p in _SAME + _MIXED if p != ("u8", "i8")],
+    # (TruncateMod's CPU kernel: float16/32/64, int8, int32, uint8)
+    "fmod": [("f32", "f32"), ("f16", "f16"), ("i32", "i32"), ("i32", "f32"), ("f16", "f32")],
     "trunc_div": [p for p in _SAME + _MIXED if p != ("bool", "bool")],
     "pow": [p for p in _SAME + _MIXED if p != ("bool", "bool")],
     "minimum": [p for p in _SAME + _MIXED if p != ("bool", "bool")],
@@ -197,8 +198,11 @@ _BINARY = sorted(opcodes.BINARY - {"bias_add"})
 # MindSpore functions for two tensors, and Python operators for a tensor and a Python scalar.
 _MS_BINARY = {
     "add": "mint.add", "sub": "mint.sub", "mul": "mint.mul", "div": "mint.div",
-    "floor_div": "mint.floor_divide", "trunc_div": "ops.truncate_div", "mod": "mint.remainder",
-    "fmod": "mint.fmod", "pow": "mint.pow", "maximum": "mint.maximum", "minimum": "mint.minimum",
+    "floor_div": "mint.floor_divide", "trunc_div": "ops.truncate_div",
+    # (the VM's fmod is TruncateMod's semantics, which ops.truncate_mod dispatches; mint.fmod
+    # dispatches DivMod, Mul and SubExt instead. The VM's mod follows mint.remainder here; the
+    # recorder lowers FloorMod, which `%` dispatches, to match it: test_recording.py)
+    "mod": "mint.remainder", "fmod": "ops.truncate_mod", "pow": "mint.pow", "maximum": "mint.maximum", "minimum": "mint.minimum",
     "atan2": "ops.atan2", "eq": "mint.eq", "ne": "mint.ne", "lt": "mint.lt", "le": "mint.le",
     "gt": "mint.gt", "ge": "mint.ge", "logical_and": "mint.logical_and", "logical_or": "mint.logical_or",
     "logical_xor": "mint.logical_xor", "bitwise_and": "ops.bitwise_and", "bitwise_or": "ops.bitwise_or",
