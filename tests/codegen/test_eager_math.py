@@ -274,31 +274,34 @@ def test_gelu_grad_tanh_equals_eager(cache, dtype):
     _assert_equal_eager(g.fn(), [dy, x, x], eager, cache, kernel=dtype != "f64")
 
 
-@pytest.mark.parametrize("op", ["sigmoid", "silu", "rsqrt", "expm1", "log1p", "exp", "tanh", "elu"])
+@pytest.mark.parametrize("op", ["sigmoid", "silu", "rsqrt", "expm1", "log1p", "log2", "exp", "tanh", "elu", "log",
+                                "sin", "cos", "tan", "erfc", "reciprocal", "hardsigmoid"])
 def test_fused_float16_unary_equals_eager_on_every_float16(cache, op):
-    # MindSpore 2.10 CPU's float16 sigmoid, silu, rsqrt, expm1 and log1p round an inner step to
-    # float16 (1 / f16(1 + f16(expf(-x))), x * f16(sigmoid), 1 / f16(sqrt x), f16(expf x) - 1,
-    # log f16(x + 1)); the others run the float32 form and round once. Fused float16 kernels follow
-    # the same steps under eager_math, bit-equal to the interpreter and to eager on every finite
-    # float16 (rounding once instead differed on 13-33% of values for the first five).
+    # MindSpore 2.10 CPU's float16 sigmoid, silu, rsqrt, expm1, log1p and log2 round an inner step
+    # to float16 (1 / f16(1 + f16(expf(-x))), x * f16(sigmoid), 1 / f16(sqrt x), f16(expf x) - 1,
+    # log f16(x + 1), f16(log x) / f16(ln 2)); the others run the float32 form and round once. Fused
+    # float16 kernels follow the same steps under eager_math, bit-equal to eager on every finite
+    # float16 (rounding once instead differed on 13-43% of values for the first six); tier 1 fuses
+    # float16 groups of these ops (tier1.F16_EAGER_MATH_OK). The interpreter follows too (tan and erfc
+    # aside: 2 values each, float64 rounded once where MindSpore rounds twice).
     ms = pytest.importorskip("mindspore")
     from mindspore import ops
 
     ms.runtime.launch_blocking()
     bits = np.arange(0, 1 << 16, dtype=np.uint16).view(np.float16)
     x = bits[np.isfinite(bits)]
-    if op in ("rsqrt", "log1p"):
-        x = x[x > (0 if op == "rsqrt" else -1)]
-    eager = {"sigmoid": ops.sigmoid, "silu": ops.silu, "rsqrt": ops.rsqrt, "expm1": ops.expm1, "log1p": ops.log1p,
-             "exp": ops.exp, "tanh": ops.tanh, "elu": ops.elu}[op](ms.Tensor(x)).asnumpy()
+    if op in ("rsqrt", "log1p", "log", "log2"):
+        x = x[x > (-1 if op == "log1p" else 0)]
+    eager = getattr(ops, op)(ms.Tensor(x)).asnumpy()
     g = G()
     g.op(op, g.param("f16", (B,)))
     fn = g.fn()
     (y,) = compile_group(fn, cache=cache, eager_math=True)([x])
     (r,) = reference(fn, [x])
     assert y.dtype == eager.dtype == np.float16
-    assert np.array_equal(y, r, equal_nan=True), np.sum(y != r)
     assert np.array_equal(y, eager, equal_nan=True), np.sum(y != eager)
+    if op not in ("tan", "erfc"):
+        assert np.array_equal(r, eager, equal_nan=True), np.sum(r != eager)
 
 
 @pytest.mark.parametrize("op,dtype", [("sigmoid_grad", "f32"), ("sigmoid_grad", "f16"), ("silu_grad", "f32"),
