@@ -916,3 +916,24 @@ def test_float64_tensor_with_python_float_in_legacy_primitives():
     for y, w in zip(outs, want):
         g = got[rec.output_index(y)]
         assert g.dtype == w.dtype == np.float64 and np.array_equal(g, w), np.sum(g != w)
+
+
+def test_legacy_real_div_of_integers_stays_integer():
+    """Legacy RealDiv of integer tensors (or an integer tensor and a Python int) gives an integer
+    quotient truncated toward 0 and, by zero, the dtype's max / min / 0 (MindSpore 2.10, measured;
+    the VM divided in float and converted inf to INT_MIN); with a Python float it divides in float."""
+    from mindspore.ops import operations as P
+
+    cases = []
+    for dt in (np.int32, np.int64, np.int8, np.uint8):
+        a = ms.Tensor(np.array([7, -7, 0, 3, -3, 100] if dt != np.uint8 else [7, 0, 3, 100, 255, 1], dt))
+        b = ms.Tensor(np.array([2, 2, 0, 0, 0, -3] if dt != np.uint8 else [2, 0, 0, 3, 7, 0], dt))
+        cases += [lambda a=a, b=b: P.RealDiv()(a, b), lambda a=a: P.RealDiv()(a, 3), lambda a=a: P.RealDiv()(3, a),
+                  lambda a=a: P.RealDiv()(a, 0.5)]
+    want = [f().asnumpy() for f in cases]
+    with ms_dynvm.record() as rec:
+        outs = [f() for f in cases]
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
+    for w, o in zip(want, outs):
+        g = got[rec.output_index(o)]
+        assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
