@@ -1625,8 +1625,8 @@ def _real_div(a, prim):
     x, y = a
     if all(type(v) is int or (type(v) not in _NUMBER_TYPES and isinstance(v, Tensor)
                                and vm_dtype(v.dtype) in _INT_VM_DTYPES) for v in (x, y)):
-        return _trunc_div(a, prim)
-    return _div(a, prim)
+        return _trunc_div(a, None)
+    return _div(a, None)
 
 
 _reg("RealDiv", _real_div)
