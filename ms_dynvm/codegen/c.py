@@ -280,6 +280,8 @@ def _c_function(fn: str, op: Op, a, x) -> str:
         return f"dvm_{fn}({x})"
     if fn == "exp_libm":  # the C library's expf (MindSpore CPU's softmax along a non-last axis)
         return f"expf({x})"
+    if fn == "erf_libm":  # the C library's erff (MindSpore CPU's float16 Erf; scalar)
+        return f"erff({x})"
     if fn == "silu":
         return f"{x} * dvm_sigmoid_op({x})"
     if fn == "softplus":

@@ -158,7 +158,7 @@ F16_AS_EAGER_ONLY = frozenset({
 F16_EAGER_MATH_OK = frozenset({
     "exp", "expm1", "log1p", "tanh", "sigmoid", "silu", "softmax", "erfc", "rsqrt", "reciprocal", "sin",
     "cos", "tan", "layer_norm", "sigmoid_grad", "tanh_grad", "silu_grad", "elu", "atan2", "lerp",
-    "hardsigmoid", "log", "log2"})
+    "hardsigmoid", "log", "log2", "erf"})
 
 
 def _f16_eager_only(ins, eager_math: bool) -> bool:
