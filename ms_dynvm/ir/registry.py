@@ -22,7 +22,8 @@ Dtype rules follow MindSpore 2.10 (measured on CPU, see tests/runtime/test_inter
   isnan/isinf/isfinite give bool; bitwise ops need bool/integer operands.
   Exception (measured): mul and div treat a 0-d tensor operand against a tensor of rank >= 1 like a
   scalar (it only matters when its kind is higher: f16[4] * f32[] -> f16, i32[4] * f32[] -> f32),
-  and so does fmod for a 0-d second operand; add/sub/maximum/pow/... promote 0-d tensors fully.
+  add/sub/maximum/pow/fmod/... promote 0-d tensors fully (fmod is TruncateMod's semantics; legacy
+  TruncateMod turns a 0-d argument into a float64/int64 one before dispatch, which the VM records).
 - float-valued unary ops (exp, log, sqrt, sigmoid, gelu, ...) map bool/integer inputs to f32 (as
   MindSpore's sqrt/reciprocal do; its other CPU kernels reject integers); neg/abs/square/relu/round/
   floor/sign/hardswish/... keep the dtype (`neg` rejects bool).
@@ -200,13 +201,14 @@ def promote_values(op: str, values) -> str:
     return dt
 
 
-_ZERO_DIM_AS_SCALAR = {"mul": (0, 1), "div": (0, 1), "fmod": (1,)}  # op -> operand positions
+_ZERO_DIM_AS_SCALAR = {"mul": (0, 1), "div": (0, 1)}  # op -> operand positions
 
 
 def promote_binary(op: str, a, b) -> str:
-    """Result dtype of a binary op: `promote_values`, except that for mul/div (either operand) and
-    fmod (second operand) a 0-d tensor against a tensor of rank >= 1 acts like a scalar of its kind
-    (MindSpore's Mul/Div/FmodScalar): it wins only with a higher kind, then with its own dtype."""
+    """Result dtype of a binary op: `promote_values`, except that for mul/div (either operand) a
+    0-d tensor against a tensor of rank >= 1 acts like a scalar of its kind (MindSpore's Mul/Div):
+    it wins only with a higher kind, then with its own dtype. (fmod, TruncateMod's semantics,
+    promotes plainly.)"""
     pair = (a, b)
     for i in _ZERO_DIM_AS_SCALAR.get(op, ()):
         z, other = pair[i], pair[1 - i]

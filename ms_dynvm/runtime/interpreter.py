@@ -48,7 +48,7 @@ MindSpore CPU behaviours the VM adopts (measured; they are part of the semantics
 - Integer pow is computed in double and converted as x86 does (`_int_pow`): with a negative
   exponent 1 -> 1, -1 -> +-1, others -> 0, 0 -> inf, and a result out of range is the minimum for
   i32/i64 (0 once wrapped to i8/i16/u8).
-- mul/div/fmod type a 0-d tensor operand like a scalar (see ir/registry.py), and compute in
+- mul/div type a 0-d tensor operand like a scalar (see ir/registry.py), and compute in
   that result dtype, except a float16 array times or divided by a 0-d float32/float64 array:
   computed in float32 (the 0-d value as float32), then rounded to float16, as MindSpore does.
 - Integer mean is MindSpore's: the sum in double converted to the dtype (x86: INT_MIN out of range
@@ -180,9 +180,10 @@ def _promote(*vals) -> np.dtype:
 
 
 def _promote2(op: str, a, b) -> np.dtype:
-    """Binary promotion; mul/div (either side) and fmod (second operand) treat a 0-d array against
-    an array of rank >= 1 as a scalar of its kind, as MindSpore's Mul/Div/FmodScalar kernels do."""
-    positions = {"mul": (0, 1), "div": (0, 1), "fmod": (1,)}.get(op, ())
+    """Binary promotion; mul/div (either side) treat a 0-d array against an array of rank >= 1 as a
+    scalar of its kind, as MindSpore's Mul/Div kernels do. (fmod, TruncateMod's semantics, promotes
+    plainly: MindSpore's FmodScalar, which had the rule, has no CPU kernel.)"""
+    positions = {"mul": (0, 1), "div": (0, 1)}.get(op, ())
     pair = (a, b)
     for i in positions:
         z, other = pair[i], pair[1 - i]

@@ -105,8 +105,8 @@ def test_incompatible_static_shapes_are_rejected(a, b):
     ("mul", T("i32", 3), T("f32"), "f32"),
     ("mul", T("i64"), T("i32", 3), "i32"),
     ("div", T("f16", 3), T("f32"), "f16"),
-    ("fmod", T("i32", 3), T("i64"), "i32"),  # fmod only for its second operand
-    ("fmod", T("i64"), T("i32", 3), "i64"),
+    ("fmod", T("i32", 3), T("i64"), "i64"),  # fmod (TruncateMod) promotes 0-d tensors fully
+    ("fmod", T("f16", 3), T("f32"), "f32"),
     ("div", T("i32", 3), T("i32", 3), "f32"),
     ("div", T("bool", 3), T("bool", 3), "f32"),
     ("div", T("f16", 3), 2, "f16"),

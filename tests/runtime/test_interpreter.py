@@ -221,6 +221,12 @@ def _ms_binary(name):
         a, b = args
         if name == "pow":
             return m.mint.pow(a, b)
+        if name == "fmod" and isinstance(a, m.Tensor) and isinstance(b, m.Tensor):
+            # (legacy TruncateMod turns a 0-d tensor argument into a float64 or int64 one before
+            # dispatch, so it never computes on a 0-d operand of its own dtype: given as [1] here)
+            shape = np.broadcast_shapes(a.shape, b.shape)
+            a, b = (t.reshape((1,)) if t.ndim == 0 else t for t in (a, b))
+            return m.ops.truncate_mod(a, b).reshape(shape)
         if not (isinstance(a, m.Tensor) and isinstance(b, m.Tensor)):
             return _PY_OPERATOR[name](a, b)
         mod, fn = _MS_BINARY[name].split(".")
