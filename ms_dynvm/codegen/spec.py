@@ -329,7 +329,8 @@ def _const_of(value, dtype: str):
 # --- lowering -----------------------------------------------------------------------------------
 _REDUCE_OPS = frozenset({"sum", "mean", "prod", "max", "min"})
 _NORM_OPS = frozenset({"softmax", "log_softmax", "layer_norm"})
-# float16 ops whose MindSpore kernel rounds an inner step to float16 (`_Lower._f16_steps`).
+# float16 ops whose MindSpore kernel rounds an inner step to float16, or calls the C library
+# (erf), where the kernels otherwise compute in float32 and round once (`_Lower._f16_steps`).
 _F16_STEPS = frozenset({"sigmoid", "silu", "rsqrt", "expm1", "log1p", "log2", "erf"})
 _F16_STEPS2 = frozenset({"sigmoid_grad", "silu_grad"})
 _VIEW_OPS = frozenset({"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice", "select",
@@ -741,14 +742,15 @@ class _Lower:
             return self.op(ct, op, arg(0, rd))
         raise CodegenError(f"op {op} is not supported by the C backend")
 
+    def _r16(self, v: str) -> str:
+        """`v` (float32) rounded to float16: one float16 step of MindSpore's kernels."""
+        return self.rounded(v, "f16")
+
     def _f16_steps(self, op: str, x: str) -> str:
         """MindSpore 2.10 CPU's float16 kernels that round an inner step to float16 (the
         interpreter's `_MS_F16`, measured bit-equal to eager over every finite float16): x holds a
         float16 value in float32; the caller rounds the result."""
-        one = self.const(1.0, "f32")
-
-        def r16(v):
-            return self.rounded(v, "f16")
+        one, r16 = self.const(1.0, "f32"), self._r16
 
         def sigmoid(v):  # 1 / f16(1 + f16(expf(-x)))
             return self.op("f32", "div_plain", one,
@@ -772,11 +774,7 @@ class _Lower:
     def _f16_steps2(self, op: str, a: str, b: str) -> str:
         """`_f16_steps` for the gradients: sigmoid_grad (y, dy) as f16(f16(1 - y) * y) * dy;
         silu_grad (dy, x) on the float16 sigmoid s as f16(dy*s) + f16(f16(dy*x) * f16(s * f16(1 - s)))."""
-        one = self.const(1.0, "f32")
-
-        def r16(v):
-            return self.rounded(v, "f16")
-
+        one, r16 = self.const(1.0, "f32"), self._r16
         if op == "sigmoid_grad":
             return self.op("f32", "mul", r16(self.op("f32", "mul", r16(self.op("f32", "sub", one, a)), a)), b)
         s = r16(self._f16_steps("sigmoid", b))  # silu_grad
@@ -822,7 +820,7 @@ class _Lower:
         if mode == "f16":
             # MindSpore's float16 softmax (the interpreter's): f16(expf(f16(x - max))); the sum of
             # those in float32, rounded to float16; y = f16(e / that)
-            return self.rounded(self.op("f32", "exp_libm", self.rounded(d, "f16")), "f16")
+            return self._r16(self.op("f32", "exp_libm", self._r16(d)))
         return self.op("f32", "exp_libm" if mode == "other" else "exp", d)
 
     def _softmax_scale(self, mode, e: str, s: str) -> str:
@@ -1072,7 +1070,7 @@ class _Lower:
                 if not ms:
                     s = self.op("f32", "cast", acc, src="f64", dst="f32")
                 elif mode == "f16":
-                    s = self.rounded(acc, "f16")
+                    s = self._r16(acc)
                 elif mode == "last":
                     s = self.op("f32", "div_plain", self.const(1.0, "f32"), acc)
                 else:

@@ -535,6 +535,18 @@ def test_interpret_takes_mindspore_bfloat16_arrays():
         np.testing.assert_array_equal(got, y.asnumpy())
 
 
+def _assert_recorded_bit_equal(cases):
+    """Each `f` of `cases` run eagerly, then all recorded in one program: `interpret` gives eager's
+    results bit for bit, dtype included."""
+    want = [f().asnumpy() for f in cases]
+    with ms_dynvm.record() as rec:
+        outs = [f() for f in cases]
+    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
+    for w, o in zip(want, outs):
+        g = got[rec.output_index(o)]
+        assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
+
+
 def test_integer_floor_mod_by_zero_as_mindspore():
     """x % 0 on integers (FloorMod): INT_MIN for int32/int64 and 0 for int8 (MindSpore computes in
     double and converts back as x86 does), whatever x; `ops.remainder` and `fmod` give x there.
@@ -547,13 +559,7 @@ def test_integer_floor_mod_by_zero_as_mindspore():
         b = ms.Tensor(np.array([0, 0, 0, 2, 0, 4], dt))
         cases += [lambda a=a, b=b: a % b, lambda a=a: a % a, lambda a=a, b=b: ops.remainder(a, b),
                   lambda a=a, b=b: ops.fmod(a, b)]
-    want = [f().asnumpy() for f in cases]
-    with ms_dynvm.record() as rec:
-        outs = [f() for f in cases]
-    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
-    for w, o in zip(want, outs):
-        g = got[rec.output_index(o)]
-        assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
+    _assert_recorded_bit_equal(cases)
 
 
 def test_mixed_precision_cells_cast_legacy_inputs_as_mindspore_does():
@@ -909,13 +915,7 @@ def test_float64_tensor_with_python_float_in_legacy_primitives():
     x = ms.Tensor(np.random.default_rng(4).standard_normal(200) * 30)
     fs = [lambda: P.Sub()(x, 0.7), lambda: P.RealDiv()(x, 0.7), lambda: x % 0.7, lambda: P.FloorMod()(x, -1.3),
           lambda: ops.truncate_mod(x, -0.7), lambda: x / 0.7, lambda: x * 0.1, lambda: x - 0.7]
-    want = [f().asnumpy() for f in fs]
-    with ms_dynvm.record() as rec:
-        outs = [f() for f in fs]
-    got = ms_dynvm.interpret(rec.program, [t.asnumpy() for t in rec.inputs])
-    for y, w in zip(outs, want):
-        g = got[rec.output_index(y)]
-        assert g.dtype == w.dtype == np.float64 and np.array_equal(g, w), np.sum(g != w)
+    _assert_recorded_bit_equal(fs)
 
 
 def test_legacy_real_div_of_integers_stays_integer():
@@ -930,10 +930,4 @@ def test_legacy_real_div_of_integers_stays_integer():
         b = ms.Tensor(np.array([2, 2, 0, 0, 0, -3] if dt != np.uint8 else [2, 0, 0, 3, 7, 0], dt))
         cases += [lambda a=a, b=b: P.RealDiv()(a, b), lambda a=a: P.RealDiv()(a, 3), lambda a=a: P.RealDiv()(3, a),
                   lambda a=a: P.RealDiv()(a, 0.5)]
-    want = [f().asnumpy() for f in cases]
-    with ms_dynvm.record() as rec:
-        outs = [f() for f in cases]
-    got = ms_dynvm.interpret(rec.program, rec.input_arrays())
-    for w, o in zip(want, outs):
-        g = got[rec.output_index(o)]
-        assert g.dtype == w.dtype and np.array_equal(g, w), (w, g)
+    _assert_recorded_bit_equal(cases)
