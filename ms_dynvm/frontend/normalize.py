@@ -1619,12 +1619,15 @@ _INT_VM_DTYPES = frozenset({"i8", "i16", "i32", "i64", "u8"})
 
 @_in_order
 def _real_div(a, prim):
-    """Legacy RealDiv of integers (tensors, or a tensor and a Python int) stays integer in MindSpore
-    2.10: the quotient truncated, by zero the dtype's max for x > 0, min for x < 0 and 0 for 0
+    """Legacy RealDiv of integers (tensors, or a tensor and a Python int; with a bool operand too)
+    stays integer in MindSpore 2.10: the quotient truncated, by zero the dtype's max for x > 0, min for x < 0 and 0 for 0
     (measured for int8/32/64 and uint8, session 19): the VM's trunc_div. Else `div`."""
     x, y = a
-    if all(type(v) is int or (type(v) not in _NUMBER_TYPES and isinstance(v, Tensor)
-                               and vm_dtype(v.dtype) in _INT_VM_DTYPES) for v in (x, y)):
+    kinds = [("int" if type(v) is int else "bool" if type(v) is bool else None) if type(v) in _NUMBER_TYPES
+             else ("int" if vm_dtype(v.dtype) in _INT_VM_DTYPES else "bool" if vm_dtype(v.dtype) == "bool"
+                   else None) if isinstance(v, Tensor) else None for v in (x, y)]
+    # (an integer with a bool, either side, stays integer too: measured; bool with bool is refused)
+    if None not in kinds and "int" in kinds:
         return _trunc_div(a, None)
     return _div(a, None)
 

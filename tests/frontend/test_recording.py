@@ -919,9 +919,10 @@ def test_float64_tensor_with_python_float_in_legacy_primitives():
 
 
 def test_legacy_real_div_of_integers_stays_integer():
-    """Legacy RealDiv of integer tensors (or an integer tensor and a Python int) gives an integer
-    quotient truncated toward 0 and, by zero, the dtype's max / min / 0 (MindSpore 2.10, measured;
-    the VM divided in float and converted inf to INT_MIN); with a Python float it divides in float."""
+    """Legacy RealDiv of integer tensors (or an integer tensor and a Python int, or an integer and a
+    bool) gives an integer quotient truncated toward 0 and, by zero, the dtype's max / min / 0
+    (MindSpore 2.10, measured; the VM divided in float and converted inf to INT_MIN); with a Python
+    float it divides in float."""
     from mindspore.ops import operations as P
 
     cases = []
@@ -930,4 +931,10 @@ def test_legacy_real_div_of_integers_stays_integer():
         b = ms.Tensor(np.array([2, 2, 0, 0, 0, -3] if dt != np.uint8 else [2, 0, 0, 3, 7, 0], dt))
         cases += [lambda a=a, b=b: P.RealDiv()(a, b), lambda a=a: P.RealDiv()(a, 3), lambda a=a: P.RealDiv()(3, a),
                   lambda a=a: P.RealDiv()(a, 0.5)]
+    # an integer with a bool (tensor, 0-d tensor or Python bool) stays integer too (a review helper's cases)
+    bz = ms.Tensor(np.array([False, True, False]))
+    i3 = ms.Tensor(np.array([3, -3, 0], np.int32))
+    cases += [lambda: P.RealDiv()(i3, bz), lambda: P.RealDiv()(i3, ms.Tensor(np.array(False))),
+              lambda: P.RealDiv()(i3.astype(ms.int64), bz), lambda: P.RealDiv()(bz, i3), lambda: P.RealDiv()(3, bz),
+              lambda: P.RealDiv()(bz, 0), lambda: P.RealDiv()(i3, False)]
     _assert_recorded_bit_equal(cases)
