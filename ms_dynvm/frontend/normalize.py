@@ -339,7 +339,8 @@ def _binary(op: str):
         if type(x) in _NUMBER_TYPES:
             if not isinstance(y, Tensor):
                 raise _Unsupported
-            x = _f32_scalar_for_f64(y, x)
+            if type(x) is float:
+                x = _f32_scalar_for_f64(y, x)
         elif not isinstance(x, Tensor) or not (type(y) in _NUMBER_TYPES or isinstance(y, Tensor)):
             raise _Unsupported
         elif type(y) is float:
@@ -1614,19 +1615,23 @@ _div = _binary("div")
 _trunc_div = _binary("trunc_div")
 
 
-_INT_VM_DTYPES = frozenset({"i8", "i16", "i32", "i64", "u8"})
+def _int_or_bool(v):
+    """"int" / "bool" for a Python int / bool or an integer / bool tensor, else None."""
+    if type(v) in _NUMBER_TYPES:
+        return "bool" if type(v) is bool else "int" if type(v) is int else None
+    if not isinstance(v, Tensor):
+        return None
+    dt = vm_dtype(v.dtype)
+    return "bool" if dt == "bool" else "int" if is_int(dt) else None
 
 
 @_in_order
 def _real_div(a, prim):
-    """Legacy RealDiv of integers (tensors, or a tensor and a Python int; with a bool operand too)
-    stays integer in MindSpore 2.10: the quotient truncated, by zero the dtype's max for x > 0, min for x < 0 and 0 for 0
-    (measured for int8/32/64 and uint8, session 19): the VM's trunc_div. Else `div`."""
-    x, y = a
-    kinds = [("int" if type(v) is int else "bool" if type(v) is bool else None) if type(v) in _NUMBER_TYPES
-             else ("int" if vm_dtype(v.dtype) in _INT_VM_DTYPES else "bool" if vm_dtype(v.dtype) == "bool"
-                   else None) if isinstance(v, Tensor) else None for v in (x, y)]
-    # (an integer with a bool, either side, stays integer too: measured; bool with bool is refused)
+    """Legacy RealDiv of integers (tensors, or a tensor and a Python int; an integer with a bool,
+    either side, too; bool with bool is refused) stays integer in MindSpore 2.10: the quotient
+    truncated, by zero the dtype's max for x > 0, min for x < 0 and 0 for 0 (measured for
+    int8/32/64 and uint8, session 19): the VM's trunc_div. Else `div`."""
+    kinds = [_int_or_bool(v) for v in a]
     if None not in kinds and "int" in kinds:
         return _trunc_div(a, None)
     return _div(a, None)

@@ -651,9 +651,15 @@ class Tier1:
         self.probes = 0  # groups run eagerly to measure them (the step switch drops such VM steps)
         self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
         self.exiting = False  # set at interpreter exit: no compile is started (see _compile)
-        recorder.want_tags = True  # after_op reads the tags the recorder just read/set
+        self._attach(recorder, opts)
+
+    def _attach(self, recorder, opts) -> None:
+        """What tier 1 fuses under `opts`, and what it asks of `recorder`."""
         self.fusible = FUSIBLE_EAGER_MATH if opts.eager_math else FUSIBLE
-        self.unfused_names = UNFUSED_NAMES_EAGER_MATH if opts.eager_math else frozenset()
+        # Dispatched op names that end a run: in-place ops (serving a fresh result would lose the
+        # write) and, under eager_math, UNFUSED_NAMES_EAGER_MATH (one set: after_op's one lookup).
+        self.run_enders = (_INPLACE | UNFUSED_NAMES_EAGER_MATH) if opts.eager_math else _INPLACE
+        recorder.want_tags = True  # after_op reads the tags the recorder just read/set
         recorder.link_ops = self.fusible  # view copies that runs may take in are linked (Recorder._link_for)
 
     def reset(self, recorder, opts) -> None:
@@ -662,10 +668,7 @@ class Tier1:
         self.pool = _pool_for(opts)
         self.recorder = recorder
         self.opts = opts
-        recorder.want_tags = True
-        self.fusible = FUSIBLE_EAGER_MATH if opts.eager_math else FUSIBLE
-        self.unfused_names = UNFUSED_NAMES_EAGER_MATH if opts.eager_math else frozenset()
-        recorder.link_ops = self.fusible
+        self._attach(recorder, opts)
         self.exiting = False
         self.hist.clear()
         self.run = None
@@ -958,7 +961,7 @@ class Tier1:
         # Tensors inside a sequence argument (AddN's list) are not bound or checked by the serving
         # machinery (`_tensors` sees top-level tensors only): such an op ends the run.
         fusible = view = False
-        if (last is not None and name not in _INPLACE and name not in self.unfused_names
+        if (last is not None and name not in self.run_enders
                 and not (len(args) == 3 and type(args[1]) is str and type(args[2]) is tuple
                          and _requires_grad())):
             blk, s0, s1 = last[0], last[1], last[2]
