@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ms_dynvm.bytecode.program import Program, load_program
 from ms_dynvm.metrics import reset_stats, stats
+from ms_dynvm import jit  # (a package that is also the `@ms_dynvm.jit` decorator: see its __init__)
 
 __version__ = "0.1.0"
 
@@ -58,5 +59,12 @@ def interpret(program, inputs, **kwargs):
     return _interpret(program, inputs, **kwargs)
 
 
-__all__ = ["Program", "disable", "enable", "enabled", "interpret", "is_enabled", "load_program",
+def exclude(cell_or_fn):
+    """Keep a Cell (its calls) or a function (the gradient functions made of it) out of tier 2."""
+    from ms_dynvm.frontend.regions import exclude as _exclude
+
+    return _exclude(cell_or_fn)
+
+
+__all__ = ["exclude", "jit", "Program", "disable", "enable", "enabled", "interpret", "is_enabled", "load_program",
            "record", "reset_stats", "stats", "__version__"]

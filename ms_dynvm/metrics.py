@@ -63,6 +63,16 @@ class Metrics:
         self.step_calls: Counter = Counter()  # "vm" / "bare" -> steps run that way
         self.step_flips = 0  # a step key's way changed (VM -> bare or back)
         self.steps_bare = 0  # step keys whose chosen way was bare at the last flip
+        # tier 2: region replay (frontend/regions.py)
+        self.region_calls = 0  # calls of region owners (grad functions, outermost Cells), nested excluded
+        self.regions_seen = 0  # (region, input signature) pairs met
+        self.regions_replayed = 0  # calls served by a replay
+        self.region_compiles = 0  # region programs planned
+        self.region_guard_failures: Counter = Counter()  # reason -> count
+        self.regions_not_replayable: Counter = Counter()  # reason -> (region, signature) pairs
+        self.region_reverifications = 0
+        self.region_retired: Counter = Counter()  # reason -> regions retired after replaying
+        self.region_replay_seconds = 0.0  # wall time inside replays (guards, program, wrapping)
 
     def set_op_phase(self, phase: str) -> None:
         """Ops seen from now on are counted in `phase` (`op_names` is that phase's list now)."""
@@ -131,6 +141,16 @@ class Metrics:
             "step_calls": dict(self.step_calls),
             "step_flips": self.step_flips,
             "steps_bare": self.steps_bare,
+            "region_calls": self.region_calls,
+            "regions_seen": self.regions_seen,
+            "regions_replayed": self.regions_replayed,
+            "region_replay_rate": self.regions_replayed / self.region_calls if self.region_calls else 0.0,
+            "region_compiles": self.region_compiles,
+            "region_guard_failures": dict(self.region_guard_failures),
+            "regions_not_replayable": dict(self.regions_not_replayable),
+            "region_reverifications": self.region_reverifications,
+            "region_retired": dict(self.region_retired),
+            "region_replay_seconds": self.region_replay_seconds,
             **pool_stats,
         }
 

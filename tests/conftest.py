@@ -9,6 +9,10 @@ os.environ.setdefault("DYNVM_COMPILE_ASYNC", "0")
 # The step switch (cost/step.py) decides by wall time; tests that count fused ops or compiles must
 # not depend on it, so it is off unless a test turns it on (tests/*/test_step_switch.py).
 os.environ.setdefault("DYNVM_STEP_SWITCH", "0")
+# Tier 2 (region replay, frontend/regions.py) serves whole calls of grad functions and Cells from a
+# NumPy/oneDNN plan: tests that count tier-1 fused ops or compare with eager bit for bit must not
+# depend on it, so it is off unless a test turns it on (tests/frontend/test_regions.py).
+os.environ.setdefault("DYNVM_REGIONS", "0")
 
 from hypothesis import settings  # noqa: E402
 

@@ -17,6 +17,7 @@ that does not parse (`DYNVM_JIT=maybe`) raises ValueError.
 | compile_async | DYNVM_COMPILE_ASYNC | True | compile on a background thread while the group keeps running eagerly (tier-up); False: compile inside the call that makes the group hot (tests, benchmarks of compile counts) |
 | compile_policy | DYNVM_COMPILE_POLICY | cost | "cost": compile when the cost model says it pays; "threshold": as soon as the threshold is passed (tests, demos) |
 | step_switch | DYNVM_STEP_SWITCH | True | with jit: time whole steps (from one call of the anchor, the first outermost nn.Cell or differentiated function seen, to its next call; in a script with neither, from sync point to sync point), per size class, under the VM and bare (plain MindSpore: ms_dynvm's dispatch mode off the stack), and run each size class the faster way (`ms_dynvm/cost/step.py`); False: everything under the VM |
+| regions | DYNVM_REGIONS | True | tier 2: calls of the functions `ms.value_and_grad`/`ms.grad` return and outermost `nn.Cell` calls without gradient are learned from two recorded calls per input signature and then replayed as one planned program, without per-op dispatch (`frontend/regions.py`) |
 | kernel_threads | DYNVM_KERNEL_THREADS | 0 | OpenMP threads of fused kernels; 0 = automatic (1 on <= 2 cores, where MindSpore's worker threads occupy the cores) |
 | pool_results | DYNVM_POOL_RESULTS | True | kernel results from the memory pool (off: a fresh NumPy array per result) |
 | pool_soft_cap_mb | DYNVM_POOL_SOFT_CAP_MB | 256 | memory pool for kernel results: free blocks above this many MiB reserved are returned at safe points |
@@ -69,6 +70,7 @@ class Options:
     compile_policy: str = "cost"
     compile_async: bool = True
     step_switch: bool = True
+    regions: bool = True
     kernel_threads: int = 0
     pool_results: bool = True
     pool_soft_cap_mb: int = 256

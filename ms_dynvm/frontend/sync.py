@@ -101,6 +101,7 @@ class Hooks:
         self._saved: list = []
         self._cell_depth = 0
         self.gate = None  # dispatch.StepGate: steps under the VM or bare (cost/step.py)
+        self.regions = None  # regions.Regions: tier 2 (set by regions.install)
 
     def _patch(self, owner, name: str, wrapper) -> None:
         orig = getattr(owner, name, None)
@@ -223,6 +224,15 @@ class Hooks:
             def cell_call_hook(cell, *a, **k):
                 if threading.get_ident() != me:
                     return orig(cell, *a, **k)
+                regions = hooks.regions
+                if regions is not None:
+                    if regions.cells is not None:
+                        regions.note_cell(cell)
+                    elif not hooks._cell_depth and not k and not regions.depth:
+                        return regions.cell_call(cell, a, lambda: hooked_call(cell, a, k))
+                return hooked_call(cell, a, k)
+
+            def hooked_call(cell, a, k):
                 gate = hooks.gate
                 if gate is not None:
                     if not gate.depth:
@@ -241,8 +251,16 @@ class Hooks:
                         gate.depth -= 1
             return cell_call_hook
         self._patch(nn.Cell, "__call__", make_call)
+        from ms_dynvm.frontend import regions as _regions
+
+        _regions.install(self)
 
     def uninstall(self) -> None:
+        if self.regions is not None:
+            from ms_dynvm.frontend import regions as _regions
+
+            _regions.uninstall()
+            self.regions = None
         while self._saved:
             owner, name, orig = self._saved.pop()
             if orig is _MISSING:

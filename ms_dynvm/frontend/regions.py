@@ -1,0 +1,648 @@
+"""Tier 2: region replay. A hot region (a call of a function `ms.value_and_grad`/`ms.grad` returned,
+an outermost `nn.Cell` call made without gradient, a function marked with `ms_dynvm.jit`) runs as one
+planned program (`ms_dynvm/jit/replay.py`), called once, with no per-op dispatch.
+
+Per region and input signature (per flattened argument: dtype and shape of a tensor, type and value
+of a Python scalar), calls go through three states:
+- learn: the call runs eagerly inside a recording (`dispatch.record`), `LEARN_CALLS` times. Each
+  recording is turned into a plan candidate; the region is replayable when no recording ended a
+  block at a sync point (a tensor's value read by Python, a graph-mode call), every recording gives
+  the same program (text, roles of the inputs, outputs), no input is written in place, and no
+  Python state of the cells it called changed across a recorded call (their plain attributes:
+  numbers, strings, bools, None; MindSpore's own Cell bookkeeping excluded). Otherwise the reason
+  is counted (`regions_not_replayable`) and the signature runs eagerly from then on.
+- replay: guards (`_Entry.guard`) check that every parameter is the same Parameter object with
+  the same storage, and that the Python state of the cells equals the recorded one; any failure is
+  counted by reason (`region_guard_failures`), runs the call eagerly, and sends the signature back
+  to learning. Then the plan runs on NumPy views of the arguments and parameters (no copy), and its
+  outputs are wrapped as tensors (`Tensor.from_numpy`) in the structure the eager call returned.
+- eager: not replayable, retired, or not faster than eager for this signature.
+
+Backward kernels MindSpore runs without dispatching them (BiasAdd's and Softmax's C++ gradients)
+leave tensors of unknown origin in a recorded gradient step: a returned gradient with no register,
+or an input first read in the backward phase. Each one is explained by a backward rule of ours
+placed where the recording shows it (`_explain`: bias_add's gradient is a sum of the incoming
+gradient over every axis but the bias axis; softmax's is softmax_grad(y, dy)), chosen by comparing
+the rule's value on the recorded registers with the tensor's recorded value. A tensor no rule
+explains makes the region not replayable ("unexplained backward tensor"), named by its shape.
+Forward-phase tensors of no recorded origin (constants MindSpore makes inside the call, tensors the
+function captures) are read live at each replay.
+
+Re-verification: at replay counts in `REVERIFY_AT` (then every `REVERIFY_EVERY`), the call is
+learned again (recorded eagerly) and compared with the plan: another program, or outputs beyond
+rtol 1e-4, retires the signature (`region_retired`) and it runs eagerly from then on.
+
+Per batch size: the eager wall time of the recorded calls (an overestimate of plain eager) is kept
+per signature; after `_TIME_SAMPLES` replays whose median is not below it, the signature runs
+eagerly ("slower than eager").
+
+Not handled yet (they run eagerly, counted): `ops.GradOperation` objects, functions given keyword
+arguments, regions called inside another region or inside `ms_dynvm.record()`, ops the VM cannot
+replay (opaque or random ops), LayerNorm's undispatched backward, bfloat16 programs, grad functions
+made before `enable()`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import statistics
+import threading
+import time
+
+import numpy as np
+from mindspore import Parameter, Tensor, nn
+from mindspore._c_expression import TensorPy
+
+from ms_dynvm import dtypes
+from ms_dynvm.bytecode import opcodes
+from ms_dynvm.bytecode.program import Instr
+from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.jit.replay import NotReplayable, RegionPlan
+from ms_dynvm.metrics import METRICS
+
+LEARN_CALLS = 2
+REVERIFY_AT = (8, 64, 512)
+REVERIFY_EVERY = 2048
+_TIME_SAMPLES = 5
+_PLAIN = (int, float, str, bool, type(None))
+_CONST_MAX = 16  # elements: a tensor of no recorded origin this small is a constant of the call
+_ATTR = "_ms_dynvm_region_obj"
+_EXCLUDE = "_ms_dynvm_exclude"
+_is_contiguous = TensorPy.is_contiguous
+# MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
+# script's Python state. `training` stays in (a guard of its own in the issue's terms).
+_CELL_INTERNAL = frozenset(k for k in nn.Cell().__dict__ if k != "training")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _arg_spec(obj, flat: list):
+    """A hashable description of an argument (tensors appended to `flat`)."""
+    t = type(obj)
+    if t in _PLAIN:
+        if t is float and obj != obj:
+            raise _Unsupported("NaN argument")
+        return (t.__name__, obj)
+    if t is tuple or t is list:
+        return (t.__name__, tuple(_arg_spec(x, flat) for x in obj))
+    if isinstance(obj, Tensor):
+        flat.append(obj)
+        return ("T", str(obj.dtype), tuple(obj.shape))
+    raise _Unsupported(f"argument of type {t.__name__}")
+
+
+def _out_spec(obj, flat: list):
+    """The structure of a result: tensors appended to `flat`, None kept."""
+    t = type(obj)
+    if obj is None:
+        return None
+    if t is tuple or t is list:
+        return (t.__name__, tuple(_out_spec(x, flat) for x in obj))
+    if isinstance(obj, Tensor):
+        flat.append(obj)
+        return "T"
+    raise _Unsupported(f"result of type {t.__name__}")
+
+
+def _rebuild(spec, it):
+    if spec is None:
+        return None
+    if spec == "T":
+        return next(it)
+    kind, items = spec
+    vals = [_rebuild(s, it) for s in items]
+    return tuple(vals) if kind == "tuple" else vals
+
+
+def _view(t, dt: np.dtype, shape: tuple) -> np.ndarray:
+    """A NumPy view of tensor `t`'s host memory (no copy, no sync-point hook); a copy where `t` is
+    not contiguous. The caller keeps `t` alive while the view is used."""
+    n = dt.itemsize
+    for s in shape:
+        n *= s
+    if n == 0:
+        return np.empty(shape, dt)
+    if not _is_contiguous(t):
+        return np.array(TensorPy.asnumpy(t), dtype=dt, copy=True)
+    buf = (ctypes.c_char * n).from_address(t._data_ptr())
+    return np.frombuffer(buf, dt).reshape(shape)
+
+
+def _plain_state(cell) -> tuple:
+    return tuple(sorted((k, v) for k, v in cell.__dict__.items()
+                        if type(v) in _PLAIN and k not in _CELL_INTERNAL))
+
+
+def _np_dtype(ty) -> np.dtype:
+    return np.dtype(dtypes.to_numpy(ty.dtype))
+
+
+class _Learned:
+    """One recorded call, made into a plan candidate."""
+
+    def __init__(self, key, plan, roles, out_spec, cells, seconds) -> None:
+        self.key = key  # what two recordings must share
+        self.plan = plan
+        self.roles = roles  # per plan input: ("arg", i) | ("param", Parameter) | ("held", tensor)
+        self.out_spec = out_spec
+        self.cells = cells  # [(cell, plain state)]
+        self.seconds = seconds
+
+
+class _Entry:
+    """A region's state for one input signature."""
+
+    def __init__(self) -> None:
+        self.state = "learn"
+        self.learned: list = []
+        self.plan = None
+        self.key = None
+        self.roles = None
+        self.out_spec = None
+        self.cells = None
+        self.dts = None
+        self.shapes = None
+        self.param_views: list = []  # (index in roles, Parameter, data pointer, view)
+        self.eager_s = float("inf")
+        self.replay_s: list = []
+        self.replays = 0
+        self.reason = ""
+
+    def install(self, lr: _Learned) -> None:
+        self.plan, self.roles, self.out_spec, self.cells = lr.plan, lr.roles, lr.out_spec, lr.cells
+        self.key = lr.key
+        self.dts = [np.dtype(d) for d in lr.plan.in_dts]
+        self.shapes = lr.plan.in_shapes
+        self.param_views = []
+        for k, (role, obj) in enumerate(self.roles):
+            if role == "param":
+                self.param_views.append([k, obj, obj._data_ptr(), _view(obj, self.dts[k], self.shapes[k])])
+        self.state = "replay"
+
+    def guard(self) -> str | None:
+        """None where the plan may run, else the reason."""
+        for pv in self.param_views:
+            p = pv[1]
+            if p._data_ptr() != pv[2] or tuple(p.shape) != self.shapes[pv[0]]:
+                return "parameter storage"
+        for cell, state in self.cells:
+            if _plain_state(cell) != state:
+                return "training flag" if cell.training != dict(state).get("training") else "python state"
+        return None
+
+
+class Region:
+    """A region owner: a differentiated function's wrapper, a Cell, or a `jit`-marked function."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.entries: dict = {}
+        self.calls = 0
+        self.cell = None  # the Cell, for a Cell region
+        self.excluded = False
+
+
+def _region_of_cell(cell) -> Region:
+    d = cell.__dict__
+    r = d.get(_ATTR)
+    if r is None or r[0] != id(cell):
+        r = d[_ATTR] = (id(cell), Region("cell", type(cell).__name__))
+    return r[1]
+
+
+class Regions:
+    """The tier-2 manager of one `enable()`: learning, guards, replay, counters."""
+
+    def __init__(self, thread: int) -> None:
+        self.thread = thread
+        self.depth = 0  # region calls being run eagerly (nested owners are not regions)
+        self.cells: list | None = None  # cells met during a learning recording
+        self.active = True
+
+    # --- hooks -------------------------------------------------------------------------------------
+    def note_cell(self, cell) -> None:
+        """The Cell hook: a Cell is being called (inside a learning recording: remembered, with its
+        plain state before the call)."""
+        cells = self.cells
+        if cells is not None and all(c is not cell for c, _ in cells):
+            cells.append((cell, _plain_state(cell)))
+
+    def cell_call(self, cell, args, run):
+        """An outermost Cell call (`run()` makes it eagerly, with ms_dynvm's other hooks)."""
+        if not self._usable() or cell.__dict__.get(_EXCLUDE):
+            return run()
+        region = _region_of_cell(cell)
+        if _grad_enabled():  # (a Cell called under a gradient that is no region of ours)
+            if any(e.state == "replay" for e in region.entries.values()):
+                METRICS.region_guard_failures["grad mode"] += 1
+            return self._eager(run)
+        region.cell = cell
+        return self.call(region, run, args)
+
+    def _usable(self) -> bool:
+        if not self.active or self.depth or threading.get_ident() != self.thread:
+            return False
+        s = _dispatch_state()
+        return s.mode is not None and s.recorder.recording is None and s.options.regions
+
+    # --- calls ------------------------------------------------------------------------------------
+    def call(self, region: Region, run, args):
+        """Run one call of `region`: `run()` is the eager call."""
+        if region.excluded:
+            return run()  # (not a region: Cells it calls may be regions of their own)
+        METRICS.region_calls += 1
+        region.calls += 1
+        flat: list = []
+        try:
+            key = _arg_spec(args, flat)
+        except _Unsupported as e:
+            METRICS.regions_not_replayable[str(e)] += 1
+            return self._eager(run)
+        entry = region.entries.get(key)
+        if entry is None:
+            entry = region.entries[key] = _Entry()
+            METRICS.regions_seen += 1
+        if entry.state == "replay":
+            why = entry.guard()
+            if why is None:
+                entry.replays += 1
+                n = entry.replays
+                if n in REVERIFY_AT or n % REVERIFY_EVERY == 0:
+                    return self._reverify(region, entry, run, flat)
+                return self._replay(entry, flat)
+            METRICS.region_guard_failures[why] += 1
+            self._reset(entry)
+            return self._eager(run)
+        if entry.state == "learn" and region.calls > 1:  # (the region's first call warms MindSpore up)
+            return self._learn(region, entry, run, flat)
+        return self._eager(run)
+
+    def _eager(self, run):
+        self.depth += 1
+        try:
+            return run()
+        finally:
+            self.depth -= 1
+
+    @staticmethod
+    def _reset(entry: _Entry) -> None:
+        entry.state = "learn"
+        entry.learned = []
+        entry.plan = None
+
+    def _replay(self, entry: _Entry, flat: list):
+        t0 = time.perf_counter()
+        arrays = self._arrays(entry, flat)
+        outs = entry.plan.run(arrays)
+        from_numpy = Tensor.from_numpy
+        res = _rebuild(entry.out_spec, iter([from_numpy(a) for a in outs]))
+        dt = time.perf_counter() - t0
+        METRICS.regions_replayed += 1
+        METRICS.region_replay_seconds += dt
+        if len(entry.replay_s) < _TIME_SAMPLES:
+            entry.replay_s.append(dt)
+            if len(entry.replay_s) == _TIME_SAMPLES and statistics.median(entry.replay_s) >= entry.eager_s:
+                entry.state = "eager"
+                entry.reason = "slower than eager"
+                METRICS.regions_not_replayable["slower than eager"] += 1
+        return res
+
+    @staticmethod
+    def _arrays(entry: _Entry, flat: list) -> list:
+        roles, dts, shapes = entry.roles, entry.dts, entry.shapes
+        arrays = [None] * len(roles)
+        for pv in entry.param_views:
+            arrays[pv[0]] = pv[3]
+        for k, (role, obj) in enumerate(roles):
+            if role == "arg":
+                arrays[k] = _view(flat[obj], dts[k], shapes[k])
+            elif role == "held":
+                arrays[k] = _view(obj, dts[k], shapes[k])
+        return arrays
+
+    def _learn(self, region: Region, entry: _Entry, run, flat: list):
+        out, lr, why = self._record(region, run, flat)
+        if why is None:
+            entry.eager_s = min(entry.eager_s, lr.seconds)
+            entry.learned.append(lr)
+            if len(entry.learned) >= LEARN_CALLS:
+                first = entry.learned[0]
+                if all(x.key == first.key for x in entry.learned[1:]):
+                    entry.install(entry.learned[-1])
+                    entry.learned = []
+                    METRICS.region_compiles += 1
+                else:
+                    why = "recordings differ"
+        if why is not None:
+            entry.state = "eager"
+            entry.reason = why
+            METRICS.regions_not_replayable[why] += 1
+        return out
+
+    def _reverify(self, region: Region, entry: _Entry, run, flat: list):
+        METRICS.region_reverifications += 1
+        want = entry.plan.run(self._arrays(entry, flat))
+        out, lr, why = self._record(region, run, flat)
+        if why is None and lr.key != entry.key:
+            why = "trace changed"
+        if why is None:
+            got: list = []
+            _out_spec(out, got)
+            for w, g in zip(want, got):
+                g = _view(g, w.dtype, w.shape)
+                if not np.allclose(w, g, rtol=1e-4, atol=1e-5 * (1.0 + float(np.max(np.abs(g), initial=0.0))),
+                                   equal_nan=True):
+                    why = "values differ"
+                    break
+        if why is not None:
+            entry.state = "eager"
+            entry.reason = why
+            METRICS.region_retired[why] += 1
+        return out
+
+    def _record(self, region: Region, run, flat: list):
+        """Run the call eagerly inside a recording: (its result, a _Learned or None, why not)."""
+        from ms_dynvm.frontend import dispatch
+
+        self.cells = [] if region.cell is None else [(region.cell, _plain_state(region.cell))]
+        self.depth += 1
+        t0 = time.perf_counter()
+        try:
+            with dispatch.record() as rec:
+                out = run()
+        finally:
+            self.depth -= 1
+            cells, self.cells = self.cells, None
+        seconds = time.perf_counter() - t0
+        try:
+            lr = _make_learned(rec, out, flat, cells, seconds)
+        except (NotReplayable, _Unsupported) as e:
+            return out, None, str(e)
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
+            METRICS.record_errors[f"region: {type(e).__name__}: {e}"] += 1
+            return out, None, f"error ({type(e).__name__})"
+        return out, lr, None
+
+
+def _dispatch_state():
+    from ms_dynvm.frontend import dispatch
+
+    return dispatch._S
+
+
+def _grad_enabled() -> bool:
+    from ms_dynvm.frontend.sync import _PyNativeExecutor  # noqa: F401 - (the import path sync.py settled)
+    from mindspore.common.api import _pynative_executor
+
+    return bool(_pynative_executor.requires_grad())
+
+
+def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned:
+    prog = rec.program
+    for b in prog.blocks:
+        if b.end == "sync":
+            raise NotReplayable("sync point inside")
+        if b.end == "error":
+            raise NotReplayable("recording error")
+    if rec.errors:
+        raise NotReplayable("recording error")
+    for ins in prog.instrs():  # (before explaining unknown tensors: a random op's backward is one)
+        if ins.op == "call":
+            raise NotReplayable(f"opaque op {ins.attrs.get('target')}")
+        if opcodes.opdef(ins.op).group == opcodes.Group.RANDOM:
+            raise NotReplayable(f"random op {ins.op}")
+    if any("written in place" in w or "graph-mode" in w for w in rec.warnings):
+        raise NotReplayable("writes an input in place" if any("written" in w for w in rec.warnings)
+                            else "graph-mode call inside")
+    for cell, state in cells:
+        if _plain_state(cell) != state:
+            raise NotReplayable("python state changed")
+    types = prog.types
+    if any(ty.dtype == "bf16" for ty in types.values()):
+        raise NotReplayable("bfloat16")
+    # Where each register was defined or first read: its phase.
+    phase_def: dict = {}
+    first_use: dict = {}
+    for b in prog.blocks:
+        for ins in b.instrs:
+            for a in ins.args:
+                if isinstance(a, Reg):
+                    first_use.setdefault(int(a), b.phase)
+            for r in ins.outs:
+                phase_def[r] = b.phase
+    values = {int(r): t for r, t in zip(prog.outputs, rec.outputs)}
+    explainer = _Explainer(prog, values, phase_def)
+    # Inputs: arguments, parameters, held tensors; backward-phase unknowns explained.
+    arg_of = {}
+    for i, t in enumerate(flat):
+        key = _storage_key(t)
+        if key is not None:
+            arg_of.setdefault(key, i)
+    params = {}
+    for cell, _ in cells:
+        for p in cell.get_parameters(expand=False) if hasattr(cell, "get_parameters") else ():
+            params.setdefault(p.name, p)
+    in_regs, roles, extra, consts = [], [], [], []
+    for inp, t in zip(prog.inputs, rec.inputs):
+        r = inp.reg
+        if r not in first_use:
+            continue
+        i = arg_of.get(_storage_key(t))
+        if i is not None:
+            in_regs.append(r)
+            roles.append(("arg", i))
+        elif inp.kind == "param":
+            p = params.get(inp.name)
+            if p is None or _storage_key(p) != _storage_key(t):
+                raise NotReplayable("parameter not found")
+            in_regs.append(r)
+            roles.append(("param", p))
+        else:
+            value = rec_value(t)
+            if first_use[r] == "bwd":
+                try:
+                    extra.append(explainer.explain(value, r, types[r]))
+                    continue
+                except NotReplayable:
+                    if value.size > _CONST_MAX:
+                        raise
+            # A tensor of no recorded origin: read live at each replay. A small one (a constant
+            # MindSpore made inside the call) must have the same value in every recording.
+            in_regs.append(r)
+            roles.append(("held", t))
+            if value.size <= _CONST_MAX:
+                consts.append((r, value.tobytes()))
+    outs: list = []
+    out_spec = _out_spec(out, outs)
+    out_regs = []
+    for t in outs:
+        r = rec.reg_of(t)
+        if r is None:
+            ins = explainer.explain(rec_value(t), None, None)
+            extra.append(ins)
+            r = ins.outs[0]
+        out_regs.append(int(r))
+    plan = RegionPlan.build(prog, in_regs, out_regs, extra)
+    plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]
+    plan.in_shapes = [tuple(types[r].shape) for r in in_regs]
+    if any(not all(type(d) is int for d in s) for s in plan.in_shapes):
+        raise NotReplayable("symbolic input shape")
+    key = (prog.as_text(), tuple(repr(e) for e in extra), tuple(
+        (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
+        tuple(out_regs), repr(out_spec), tuple(consts))
+    return _Learned(key, plan, roles, out_spec, cells, seconds)
+
+
+def rec_value(t) -> np.ndarray:
+    from ms_dynvm.frontend.recorder import _array_of
+
+    return _array_of(t)
+
+
+def _storage_key(t):
+    from ms_dynvm.frontend.recorder import _storage_key as sk
+
+    return sk(t)
+
+
+class _Explainer:
+    """Finds the backward rule that gives a tensor of unknown origin (see the module doc)."""
+
+    def __init__(self, prog, values: dict, phase_def: dict) -> None:
+        self.prog = prog
+        self.values = values  # register -> tensor holding its recorded value
+        self.phase_def = phase_def
+        self._arrays: dict = {}
+
+    def _value(self, r: int) -> np.ndarray | None:
+        a = self._arrays.get(r)
+        if a is None:
+            t = self.values.get(r)
+            if t is None:
+                return None
+            a = self._arrays[r] = rec_value(t)
+        return a
+
+    def _bwd_regs(self, shape, dtype):
+        types = self.prog.types
+        return [r for r, ph in self.phase_def.items()
+                if ph == "bwd" and tuple(types[r].shape) == shape and types[r].dtype == dtype]
+
+    def explain(self, value: np.ndarray, reg, ty) -> Instr:
+        prog, types = self.prog, self.prog.types
+        shape = tuple(value.shape)
+        tol = 1e-6 * (1.0 + float(np.max(np.abs(value), initial=0.0)))
+        for ins in prog.instrs():
+            if ins.op == "bias_add" and self.phase_def.get(ins.outs[0]) == "fwd":
+                bty = types[int(ins.args[1])]
+                if tuple(bty.shape) != shape:
+                    continue
+                oty = types[ins.outs[0]]
+                axis = ins.attrs.get("axis", 1) % len(oty.shape)
+                others = tuple(a for a in range(len(oty.shape)) if a != axis)
+                for r in reversed(self._bwd_regs(tuple(oty.shape), oty.dtype)):
+                    v = self._value(r)
+                    if v is not None and np.allclose(v.sum(axis=others, dtype=np.float64), value, rtol=1e-4, atol=tol):
+                        out = reg if reg is not None else self._new(bty)
+                        return Instr("sum", (Reg(r),), {"axis": others, "keepdims": False, "dtype": None}, (out,))
+            elif ins.op == "softmax" and self.phase_def.get(ins.outs[0]) == "fwd":
+                yty = types[ins.outs[0]]
+                if tuple(yty.shape) != shape:
+                    continue
+                y = self._value(ins.outs[0])
+                axis = ins.attrs.get("axis", -1)
+                axis = axis[0] if isinstance(axis, (tuple, list)) else axis
+                if y is None:
+                    continue
+                for r in reversed(self._bwd_regs(shape, yty.dtype)):
+                    dy = self._value(r)
+                    if dy is None:
+                        continue
+                    y64, dy64 = y.astype(np.float64), dy.astype(np.float64)
+                    g = y64 * (dy64 - (dy64 * y64).sum(axis=axis, keepdims=True))
+                    if np.allclose(g, value, rtol=1e-4, atol=tol):
+                        out = reg if reg is not None else self._new(yty)
+                        return Instr("softmax_grad", (Reg(ins.outs[0]), Reg(r)), {"axis": axis}, (out,))
+        raise NotReplayable(f"unexplained backward tensor {list(shape)}")
+
+    def _new(self, ty) -> int:
+        r = self.prog.next_reg()
+        self.prog.types[r] = ty.with_shape(ty.shape) if ty.layout == "contiguous" else \
+            type(ty)(ty.dtype, ty.shape)
+        return r
+
+
+# --- installation -----------------------------------------------------------------------------------
+_ACTIVE: list = [None]  # the Regions of the current enable(), or None
+
+
+def grad_region(f, fn):
+    """Wrap `f`, a function `ms.value_and_grad`/`ms.grad` returned for `fn`, as a region."""
+    if getattr(fn, "__dict__", {}).get(_EXCLUDE):
+        return f
+    region = Region("grad", getattr(fn, "__qualname__", type(fn).__name__))
+
+    @functools.wraps(f)
+    def region_call(*args, **kwargs):
+        mgr = _ACTIVE[0]
+        if mgr is None or kwargs or not mgr._usable():
+            return f(*args, **kwargs)
+        return mgr.call(region, lambda: f(*args), args)
+
+    region_call._ms_dynvm_region = region
+    return region_call
+
+
+def jit(fn):
+    """`ms_dynvm.jit(fn)`: calls of `fn` are a region (learned, then replayed as one program)."""
+    region = Region("fn", getattr(fn, "__qualname__", type(fn).__name__))
+
+    @functools.wraps(fn)
+    def region_call(*args, **kwargs):
+        mgr = _ACTIVE[0]
+        if mgr is None or kwargs or not mgr._usable():
+            return fn(*args, **kwargs)
+        return mgr.call(region, lambda: fn(*args), args)
+
+    region_call._ms_dynvm_region = region
+    return region_call
+
+
+def exclude(obj):
+    """`ms_dynvm.exclude(obj)`: never a region: a Cell (its calls), a function (the gradient
+    functions made of it later), or a region function itself (a grad function, a `jit` one)."""
+    region = getattr(obj, "_ms_dynvm_region", None)
+    if isinstance(region, Region):
+        region.excluded = True
+    else:
+        obj.__dict__[_EXCLUDE] = True
+    return obj
+
+
+def install(hooks) -> None:
+    """Called by `Hooks.install`: patch `_Grad.__call__` so the functions it returns are regions."""
+    from mindspore.ops.composite import base as _cbase
+
+    me = hooks.thread
+
+    def make(orig):
+        def grad_call(self, fn, weights=None, grad_position=0):
+            f = orig(self, fn, weights, grad_position)
+            if getattr(self, "pynative_", False) or threading.get_ident() != me or _ACTIVE[0] is None:
+                return f  # (the inner _Grad call of every step, or another thread)
+            return grad_region(f, fn)
+        return grad_call
+
+    hooks._patch(_cbase._Grad, "__call__", make)
+    hooks.regions = _ACTIVE[0] = Regions(me)
+
+
+def uninstall() -> None:
+    mgr = _ACTIVE[0]
+    if mgr is not None:
+        mgr.active = False
+    _ACTIVE[0] = None

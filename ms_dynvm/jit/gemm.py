@@ -1,0 +1,82 @@
+"""Single-precision GEMM for replayed programs: oneDNN's `dnnl_sgemm` where it can be found, NumPy
+otherwise.
+
+Chosen by measurement (`profiling/bench_gemm.py`): on this project's CPU machines NumPy 1.26's
+bundled OpenBLAS took 1.7 ms for [8,784]x[784,512] and 5.5 ms for [64,784]x[784,512], where the
+oneDNN library that MindSpore's wheel ships (its MatMul's own GEMM) took 0.29 ms and 0.54 ms, and
+about the same as NumPy for a single row. The library is found next to the installed `mindspore`
+package without importing it (`importlib.util.find_spec`), so this module, like the rest of the core,
+imports without MindSpore; where it is missing every product goes to `np.matmul`.
+
+`dnnl_sgemm` is row-major: C[M,N] = op(A) @ op(B) with leading dimensions in elements.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import os
+
+import numpy as np
+
+F32 = np.dtype(np.float32)
+
+
+def _load():
+    if os.environ.get("DYNVM_GEMM", "") == "numpy":
+        return None
+    try:
+        spec = importlib.util.find_spec("mindspore")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for d in spec.submodule_search_locations:
+        for path in sorted(glob.glob(os.path.join(d, "lib", "libdnnl.so*"))):
+            try:
+                lib = ctypes.CDLL(path)
+                fn = lib.dnnl_sgemm
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes = [ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                           ctypes.c_float, ctypes.c_void_p, ctypes.c_int64]
+            fn.restype = ctypes.c_int
+            return fn
+    return None
+
+
+_SGEMM = _load()
+BACKEND = "onednn" if _SGEMM is not None else "numpy"
+
+
+def _operand(x: np.ndarray, trans: bool):
+    """(trans flag, leading dimension, array) for a 2-D float32 operand: a transposed C-contiguous
+    array is passed as the original with the flag flipped; other layouts are copied."""
+    if x.flags.c_contiguous:
+        return (b"T" if trans else b"N"), x.shape[1], x
+    if x.flags.f_contiguous:  # x = y.T for a C-contiguous y
+        return (b"N" if trans else b"T"), x.shape[0], x
+    x = np.ascontiguousarray(x)
+    return (b"T" if trans else b"N"), x.shape[1], x
+
+
+def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False) -> np.ndarray:
+    """op(a) @ op(b) for float32 arrays (op: transpose where asked)."""
+    if _SGEMM is None or a.ndim != 2 or b.ndim != 2 or a.dtype != F32 or b.dtype != F32:
+        return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+    m, k = (a.shape[1], a.shape[0]) if ta else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if k != k2:
+        raise ValueError(f"matmul: inner dimensions {k} and {k2} differ")
+    c = np.empty((m, n), F32)
+    if m == 0 or n == 0:
+        return c
+    if k == 0:
+        c.fill(0.0)
+        return c
+    fa, lda, a = _operand(a, ta)
+    fb, ldb, b = _operand(b, tb)
+    _SGEMM(fa, fb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n)
+    return c

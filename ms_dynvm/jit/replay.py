@@ -1,0 +1,236 @@
+"""A region's program, planned once and run as one call (tier 2; see frontend/regions.py).
+
+`RegionPlan.build(program, inputs, outputs, extra)` takes a recorded bytecode Program and turns it
+into a flat list of steps over a register file:
+- dead instructions (nothing a region output depends on) are dropped;
+- every instruction is bound once to the function that computes it: a NumPy fast path where the
+  operation is a plain array operation on operands of the result dtype (matmul, the float32
+  arithmetic, views, sums, ...), else the reference interpreter's implementation (which defines the
+  VM's semantics), so no op is ever guessed;
+- `extra` instructions (the backward rules of kernels MindSpore runs without dispatching them,
+  placed by the frontend where the recording shows their results) are spliced in after the last
+  register they read.
+`run(arrays)` then executes the steps with NumPy's error state set once, and returns the output
+arrays, each a fresh array the caller may hand out (never a view of an input or of a parameter).
+
+The plan is specialised to the shapes it was recorded with; the frontend keys plans by input
+signature and guards them. This module does not import MindSpore.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ms_dynvm import dtypes
+from ms_dynvm.bytecode import opcodes
+from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.jit import gemm as _gemm
+from ms_dynvm.runtime import interpreter as _interp
+
+F32 = np.dtype(np.float32)
+
+
+class NotReplayable(Exception):
+    """The program cannot be planned as a region (the message is the reason, counted)."""
+
+
+# --- fast paths: (args, attrs) -> array, used only where the operand dtypes equal the result's ---
+def _matmul(a, attrs):
+    return _gemm.matmul(a[0], a[1], bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")))
+
+
+def _axes_of(axis, rank):
+    if axis is None or axis == ():
+        return None
+    if isinstance(axis, int):
+        axis = (axis,)
+    return tuple(ax % rank if rank else 0 for ax in axis)
+
+
+def _sum(a, attrs):
+    x = a[0]
+    return np.sum(x, axis=_axes_of(attrs.get("axis"), x.ndim), keepdims=bool(attrs.get("keepdims")))
+
+
+def _mean(a, attrs):
+    x = a[0]
+    return np.mean(x, axis=_axes_of(attrs.get("axis"), x.ndim), keepdims=bool(attrs.get("keepdims")))
+
+
+def _bias_add(a, attrs):
+    x, b = a[0], a[1]
+    axis = attrs.get("axis", 1) % x.ndim
+    shape = [1] * x.ndim
+    shape[axis] = b.shape[0]
+    return x + b.reshape(shape)
+
+
+def _transpose(a, attrs):
+    return np.transpose(a[0], attrs["perm"])
+
+
+def _reshape(a, attrs):
+    return np.reshape(a[0], attrs["shape"])
+
+
+def _relu_grad(a, attrs):
+    dy, y = a[0], a[1]
+    return np.where(y > 0, dy, np.zeros((), dy.dtype))
+
+
+def _relu(a, attrs):
+    x = a[0]
+    return np.where(x > 0, x, np.zeros((), x.dtype))  # relu(nan) = 0, as MindSpore
+
+
+def _tile(a, attrs):
+    return np.tile(a[0], attrs["multiples"])
+
+
+def _binary(ufunc):
+    def run(a, attrs):
+        return ufunc(a[0], a[1])
+    run.__name__ = ufunc.__name__
+    return run
+
+
+def _unary(ufunc):
+    def run(a, attrs):
+        return ufunc(a[0])
+    run.__name__ = ufunc.__name__
+    return run
+
+
+# Ops whose fast path equals the interpreter's result where every tensor operand and the result
+# have one float dtype (float32 or float64) and every immediate is a Python float or int (NumPy
+# keeps the array's dtype for a Python scalar). Reductions and matmul may add in another order
+# than MindSpore's kernels (last bits; rtol 1e-5 holds).
+_FAST = {
+    "add": _binary(np.add), "sub": _binary(np.subtract), "mul": _binary(np.multiply),
+    "div": _binary(np.divide), "maximum": _binary(np.maximum), "minimum": _binary(np.minimum),
+    "neg": _unary(np.negative), "exp": _unary(np.exp), "sqrt": _unary(np.sqrt),
+    "square": _unary(np.square), "abs": _unary(np.abs),
+    "matmul": _matmul, "sum": _sum, "mean": _mean, "bias_add": _bias_add, "relu": _relu,
+    "relu_grad": _relu_grad, "transpose": _transpose, "reshape": _reshape, "tile": _tile,
+}
+_FLOATS = frozenset(("f32", "f64"))
+# Ops the fast path may run on any dtype (they move or pick elements, no arithmetic).
+_ANY_DTYPE = frozenset(("reshape", "transpose", "tile"))
+
+
+class _Step:
+    __slots__ = ("fn", "args", "regmask", "attrs", "outs", "dts", "op")
+
+    def __init__(self, op, fn, args, regmask, attrs, outs, dts) -> None:
+        self.op, self.fn, self.args, self.regmask, self.attrs, self.outs, self.dts = \
+            op, fn, args, regmask, attrs, outs, dts
+
+
+def _fast_ok(ins, types) -> bool:
+    op = ins.op
+    if op not in _FAST or len(ins.outs) != 1:
+        return False
+    want = types[ins.outs[0]].dtype
+    if op in _ANY_DTYPE:
+        return types[int(ins.args[0])].dtype == want
+    if want not in _FLOATS:
+        return False
+    for a in ins.args:
+        if isinstance(a, Reg):
+            if types[int(a)].dtype != want:
+                return False
+        elif type(a) not in (float, int):
+            return False
+    if op in ("sum", "mean") and ins.attrs.get("dtype") not in (None, want):
+        return False
+    return True
+
+
+class RegionPlan:
+    """A planned region: `run(arrays)` -> the arrays of `outputs` (see the module doc)."""
+
+    def __init__(self, steps, in_regs, out_regs, consts, nregs, types) -> None:
+        self.steps = steps
+        self.in_regs = in_regs
+        self.out_regs = out_regs
+        self.consts = consts
+        self.nregs = nregs
+        self.out_dts = [dtypes.to_numpy(types[r].dtype) for r in out_regs]
+        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values())
+
+    @classmethod
+    def build(cls, program, inputs: list, outputs: list, extra: list = ()) -> "RegionPlan":
+        """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
+        returned; `extra`: Instr objects to splice in (their result types in `program.types`)."""
+        types = program.types
+        instrs = list(program.instrs())
+        for ins in instrs:
+            if ins.op == "call":
+                raise NotReplayable(f"opaque op {ins.attrs.get('target')}")
+            if ins.op not in _interp.IMPLS:
+                raise NotReplayable(f"no implementation of {ins.op}")
+            if opcodes.opdef(ins.op).group == opcodes.Group.RANDOM:
+                raise NotReplayable(f"random op {ins.op}")
+        # Splice each extra instruction in after the definition of the last register it reads.
+        pos = {r: i for i, ins in enumerate(instrs) for r in ins.outs}
+        placed = sorted(((max((pos.get(int(a), -1) for a in e.args if isinstance(a, Reg)), default=-1), k, e)
+                         for k, e in enumerate(extra)), key=lambda t: (t[0], t[1]))
+        for shift, (at, _, e) in enumerate(placed):
+            instrs.insert(at + 1 + shift, e)
+        # Dead code: keep what the outputs need.
+        need = set(int(r) for r in outputs)
+        keep = []
+        for ins in reversed(instrs):
+            if any(r in need for r in ins.outs):
+                keep.append(ins)
+                need.update(int(a) for a in ins.args if isinstance(a, Reg))
+        keep.reverse()
+        have = set(int(r) for r in inputs) | set(program.consts)
+        for ins in keep:
+            for a in ins.args:
+                if isinstance(a, Reg) and int(a) not in have:
+                    raise NotReplayable(f"{ins.op} reads %{int(a)}, which no input or op supplies")
+            have.update(ins.outs)
+        missing = [int(r) for r in outputs if int(r) not in have]
+        if missing:
+            raise NotReplayable(f"output %{missing[0]} is not computed")
+        steps = []
+        for ins in keep:
+            attrs = opcodes.full_attrs(ins.op, ins.attrs)
+            fn = _FAST[ins.op] if _fast_ok(ins, types) else _interp.IMPLS[ins.op]
+            mask = tuple(isinstance(a, Reg) for a in ins.args)
+            args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
+            dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)
+            steps.append(_Step(ins.op, fn, args, mask, attrs, tuple(ins.outs), dts))
+        consts = {int(r): _interp._to_declared(c, types[r]) for r, c in program.consts.items()}
+        nregs = 1 + max([int(r) for r in have] + [0])
+        return cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
+
+    def run(self, arrays: list) -> list:
+        vals = [None] * self.nregs
+        for r, a in zip(self.in_regs, arrays):
+            vals[r] = a
+        for r, c in self.consts.items():
+            vals[r] = c
+        with np.errstate(all="ignore"):
+            for s in self.steps:
+                args = [vals[a] if m else a for a, m in zip(s.args, s.regmask)]
+                res = s.fn(args, s.attrs)
+                if len(s.outs) == 1:
+                    if type(res) is tuple:
+                        res = res[0]
+                    dt = s.dts[0]
+                    if type(res) is not np.ndarray or res.dtype != dt:
+                        res = np.asarray(res, dtype=dt) if dt != _interp.BOOL else np.asarray(res) != 0
+                    vals[s.outs[0]] = res
+                else:
+                    for r, v, dt in zip(s.outs, res, s.dts):
+                        vals[r] = np.asarray(v, dtype=dt)
+        outs = []
+        for r, dt in zip(self.out_regs, self.out_dts):
+            v = vals[r]
+            # A fresh, C-contiguous array of its own: never a view of an input, a parameter or
+            # another output (the caller wraps it as a tensor the script may write into).
+            outs.append(np.array(v, dtype=dt, order="C", copy=True) if v.base is not None or
+                        r in self.in_regs or not v.flags.c_contiguous else v)
+        return outs

@@ -1,0 +1,336 @@
+"""Tier 2: region replay (frontend/regions.py, jit/replay.py) against MindSpore eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import nn, ops
+
+import ms_dynvm
+from ms_dynvm.frontend import regions as R
+
+ms.runtime.launch_blocking()
+
+
+@pytest.fixture
+def vm():
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(regions=True, step_switch=False)
+    yield
+    ms_dynvm.disable()
+
+
+def _init(net, seed):
+    rng = np.random.default_rng(seed)
+    for p in net.get_parameters():
+        p.set_data(ms.Tensor((rng.standard_normal(p.shape) * 0.2).astype(np.float32)))
+
+
+def _mlp(seed=0, d_in=12, hidden=16, classes=5):
+    net = nn.SequentialCell(nn.Dense(d_in, hidden), nn.ReLU(), nn.Dense(hidden, hidden), nn.ReLU(),
+                            nn.Dense(hidden, classes))
+    _init(net, seed)
+    return net
+
+
+def _params(net):
+    return [p.asnumpy().copy() for p in net.trainable_params()]
+
+
+def _train(make_batch, steps, use_vm, seed=0, model=_mlp, loss="ce"):
+    """`steps` training steps (value_and_grad + SGD); per step the loss and the parameters."""
+    net = model(seed)
+    opt = nn.SGD(net.trainable_params(), 0.05)
+    lossf = nn.CrossEntropyLoss() if loss == "ce" else nn.MSELoss()
+    if use_vm:
+        ms_dynvm.enable(regions=True, step_switch=False)
+    try:
+        gf = ms.value_and_grad(lambda x, y: lossf(net(x), y), None, net.trainable_params())
+        rng = np.random.default_rng(seed + 1)
+        out = []
+        for i in range(steps):
+            x, y = make_batch(rng, i)
+            lv, g = gf(x, y)
+            opt(g)
+            out.append((float(lv.asnumpy()), _params(net)))
+        return out
+    finally:
+        if use_vm:
+            ms_dynvm.disable()
+
+
+def _assert_same_training(a, b, rtol=1e-4):
+    for i, ((la, pa), (lb, pb)) in enumerate(zip(a, b)):
+        assert abs(la - lb) <= rtol * abs(la) + 1e-6, (i, la, lb)
+        for x, y in zip(pa, pb):
+            np.testing.assert_allclose(y, x, rtol=rtol, atol=1e-6, err_msg=f"step {i}")
+
+
+def test_mlp_training_100_steps_with_changing_batch_matches_eager():
+    sizes = [1, 8, 3, 8, 5]
+
+    def batch(rng, i):
+        b = sizes[i % len(sizes)] if i < 60 else int(rng.integers(1, 9))
+        return (ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32)),
+                ms.Tensor(rng.integers(0, 5, b).astype(np.int32)))
+
+    eager = _train(batch, 100, False)
+    ms_dynvm.reset_stats()
+    served = _train(batch, 100, True)
+    _assert_same_training(eager, served)
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] >= 40, s
+    assert s["region_compiles"] >= 4
+    assert s["record_errors"] == {}
+    # The optimizer's graph-mode construct is a Cell region that is not replayable (counted).
+    assert s["regions_not_replayable"], s
+
+
+class SeqModel(nn.Cell):
+    """[B, S, D] -> Dense -> ReLU -> mean over S -> Dense: 3-d Dense inputs (reshapes whose targets
+    carry the sizes), a mean whose divisor is the sequence length."""
+
+    def __init__(self, d=6, h=10, c=3):
+        super().__init__()
+        self.fc1 = nn.Dense(d, h)
+        self.fc2 = nn.Dense(h, c)
+        self.relu = nn.ReLU()
+
+    def construct(self, x):
+        return self.fc2(self.relu(self.fc1(x)).mean(1))
+
+
+def _seq(seed):
+    net = SeqModel()
+    _init(net, seed)
+    return net
+
+
+def test_training_with_changing_batch_and_sequence_length_matches_eager():
+    shapes = [(2, 5), (3, 7), (2, 5), (3, 7), (2, 5), (3, 7), (1, 4)]
+
+    def batch(rng, i):
+        b, s = shapes[i % len(shapes)]
+        return (ms.Tensor(rng.standard_normal((b, s, 6)).astype(np.float32)),
+                ms.Tensor(rng.standard_normal((b, 3)).astype(np.float32)))
+
+    eager = _train(batch, 100, False, model=_seq, loss="mse")
+    ms_dynvm.reset_stats()
+    served = _train(batch, 100, True, model=_seq, loss="mse")
+    _assert_same_training(eager, served)
+    assert ms_dynvm.stats()["regions_replayed"] >= 50
+
+
+class Attention(nn.Cell):
+    def __init__(self, d=8):
+        super().__init__()
+        self.q, self.k, self.v, self.o = nn.Dense(d, d), nn.Dense(d, d), nn.Dense(d, d), nn.Dense(d, d)
+        self.scale = 1.0 / np.sqrt(d)
+
+    def construct(self, x, m):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        s = ops.matmul(q, k.transpose(0, 2, 1)) * self.scale + (1.0 - m) * -1e4
+        return self.o(ops.matmul(ops.softmax(s, -1), v))
+
+
+def test_attention_gradient_replays_with_softmax_backward_of_our_own(vm):
+    """Softmax's backward runs without dispatch: its result is placed from our rule."""
+    net = Attention()
+    _init(net, 3)
+    gf = ms.value_and_grad(lambda x, m: (net(x, m) ** 2).mean(), 0, net.trainable_params())
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((2, 5, 8)).astype(np.float32))
+    m = ms.Tensor((rng.random((2, 1, 5)) > 0.3).astype(np.float32))
+    outs = [gf(x, m) for _ in range(5)]
+    ms_dynvm.disable()
+    want = gf(x, m)
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] >= 2, s
+    for got in outs[-2:]:
+        np.testing.assert_allclose(got[0].asnumpy(), want[0].asnumpy(), rtol=1e-5)
+        np.testing.assert_allclose(got[1][0].asnumpy(), want[1][0].asnumpy(), rtol=1e-4, atol=1e-6)
+        for g, w in zip(got[1][1], want[1][1]):
+            np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=1e-4, atol=1e-6)
+    ms_dynvm.enable(regions=True, step_switch=False)  # (the fixture disables)
+
+
+def test_cell_inference_replays_and_matches_eager(vm):
+    net = _mlp(1)
+    net.set_train(False)
+    rng = np.random.default_rng(2)
+    xs = [ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32)) for b in (4, 4, 4, 4, 2, 2, 2, 4)]
+    got = [net(x).asnumpy() for x in xs]
+    ms_dynvm.disable()
+    want = [net(x).asnumpy() for x in xs]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] >= 2 and s["regions_seen"] == 2, s
+    ms_dynvm.enable(regions=True, step_switch=False)
+
+
+def test_replayed_outputs_are_fresh_tensors(vm):
+    net = _mlp(1)
+    net.set_train(False)
+    x = ms.Tensor(np.ones((2, 12), np.float32))
+    outs = [net(x) for _ in range(5)]
+    assert ms_dynvm.stats()["regions_replayed"] >= 2
+    a = outs[-1].asnumpy().copy()
+    outs[-2][0, 0] = 123.0  # writing one result leaves the others alone
+    np.testing.assert_array_equal(outs[-1].asnumpy(), a)
+    assert (outs[-1] + 1).shape == (2, 5)  # and they work as inputs of eager ops
+
+
+class SyncInside(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+
+    def construct(self, x):
+        y = self.fc(x)
+        if float(y.sum().asnumpy()) > 0:  # a tensor value read by Python
+            return y * 2
+        return y
+
+
+class Counter(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+        self.calls = 0
+
+    def construct(self, x):
+        self.calls += 1
+        return self.fc(x) * self.calls
+
+
+@pytest.mark.parametrize("cls,reason", [(SyncInside, "sync point inside"), (Counter, "python state changed")])
+def test_regions_with_python_effects_run_eagerly(vm, cls, reason):
+    net = cls()
+    _init(net, 0)
+    rng = np.random.default_rng(0)
+    xs = [ms.Tensor(rng.standard_normal((3, 4)).astype(np.float32)) for _ in range(6)]
+    got = [net(x).asnumpy() for x in xs]
+    ms_dynvm.disable()
+    twin = cls()
+    _init(twin, 0)
+    want = [twin(x).asnumpy() for x in xs]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] == 0
+    assert s["regions_not_replayable"].get(reason) == 1, s
+    ms_dynvm.enable(regions=True, step_switch=False)
+
+
+def test_dropout_in_a_gradient_step_runs_eagerly(vm):
+    net = nn.SequentialCell(nn.Dense(6, 6), nn.Dropout(p=0.5), nn.Dense(6, 2))
+    net.set_train(True)
+    gf = ms.value_and_grad(lambda x: net(x).sum(), None, net.trainable_params())
+    x = ms.Tensor(np.ones((4, 6), np.float32))
+    losses = {float(gf(x)[0].asnumpy()) for _ in range(8)}
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] == 0
+    assert len(losses) > 1  # dropout draws new masks every call, as in eager
+    assert any("random" in k or "opaque" in k for k in s["regions_not_replayable"]), s
+
+
+def _replaying_net():
+    net = _mlp(4)
+    net.set_train(False)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 12)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    assert ms_dynvm.stats()["regions_replayed"] >= 1
+    return net, x
+
+
+def test_guard_parameter_storage(vm):
+    net, x = _replaying_net()
+    p = net.trainable_params()[0]
+    p.set_data(ms.Tensor(np.full(p.shape, 0.5, np.float32)))
+    got = net(x).asnumpy()
+    assert ms_dynvm.stats()["region_guard_failures"].get("parameter storage") == 1
+    ms_dynvm.disable()
+    np.testing.assert_allclose(got, net(x).asnumpy(), rtol=1e-6)
+    ms_dynvm.enable(regions=True, step_switch=False)
+
+
+def test_guard_python_state_and_training_flag(vm):
+    net, x = _replaying_net()
+    net.set_train(True)
+    net(x)
+    assert ms_dynvm.stats()["region_guard_failures"].get("training flag") == 1
+    net.set_train(False)
+    for _ in range(4):
+        net(x)
+    net.extra = 3  # a plain attribute of a cell in the region
+    net(x)
+    assert ms_dynvm.stats()["region_guard_failures"].get("python state") == 1
+
+
+def test_guard_grad_mode(vm):
+    net, x = _replaying_net()
+    gf = ms.grad(lambda x: net(x).sum(), 0)
+    ms_dynvm.exclude(gf)  # (keeps the gradient function itself eager: the Cell is called under grad)
+    got = gf(x)
+    assert ms_dynvm.stats()["region_guard_failures"].get("grad mode") == 1
+    ms_dynvm.disable()
+    np.testing.assert_allclose(got.asnumpy(), ms.grad(lambda x: net(x).sum(), 0)(x).asnumpy(), rtol=1e-6)
+    ms_dynvm.enable(regions=True, step_switch=False)
+
+
+SCALE = [1.0]
+
+
+def test_reverification_retires_a_region_whose_trace_changed(vm, monkeypatch):
+    monkeypatch.setattr(R, "REVERIFY_AT", (3,))
+
+    @ms_dynvm.jit
+    def f(x):
+        return ops.exp(x) * SCALE[0]  # a Python global the guards do not see
+
+    x = ms.Tensor(np.ones((2, 3), np.float32))
+    for _ in range(4):  # 1 warm-up, 2 learning, 1 replay
+        f(x)
+    assert ms_dynvm.stats()["regions_replayed"] == 1
+    SCALE[0] = 2.0
+    try:
+        f(x)  # replay 2: still the recorded trace (the documented window)
+        out = f(x)  # replay 3: re-verified against a recorded eager call, retired
+        assert ms_dynvm.stats()["region_retired"] == {"trace changed": 1}
+        np.testing.assert_allclose(out.asnumpy(), np.exp(1.0) * 2.0, rtol=1e-6)
+        np.testing.assert_allclose(f(x).asnumpy(), np.exp(1.0) * 2.0, rtol=1e-6)  # eager from now on
+        assert ms_dynvm.stats()["regions_replayed"] == 2
+    finally:
+        SCALE[0] = 1.0
+
+
+def test_jit_function_region_and_exclude(vm):
+    calls = []
+
+    @ms_dynvm.jit
+    def f(x, y):
+        calls.append(1)
+        return ops.relu(x @ y) + 1.0
+
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((3, 4)).astype(np.float32))
+    y = ms.Tensor(rng.standard_normal((4, 2)).astype(np.float32))
+    outs = [f(x, y).asnumpy() for _ in range(6)]
+    assert len(calls) == 3  # warm-up and two learning calls; the rest replayed without Python
+    for o in outs:
+        np.testing.assert_allclose(o, np.maximum(x.asnumpy() @ y.asnumpy(), 0) + 1.0, rtol=1e-5)
+    net = ms_dynvm.exclude(_mlp(2))
+    for _ in range(5):
+        net(ms.Tensor(np.ones((2, 12), np.float32)))
+    assert ms_dynvm.stats()["regions_replayed"] == 3
+
+
+def test_bad_input_raises_as_eager(vm):
+    net, x = _replaying_net()
+    with pytest.raises((ValueError, RuntimeError, TypeError)):
+        net(ms.Tensor(np.ones((3, 7), np.float32)))
+    np.testing.assert_allclose(net(x).asnumpy(), net(x).asnumpy())
