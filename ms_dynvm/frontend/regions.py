@@ -436,6 +436,8 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
                 phase_def[r] = b.phase
     values = {int(r): t for r, t in zip(prog.outputs, rec.outputs)}
     explainer = _Explainer(prog, values, phase_def)
+    for k, inp in enumerate(prog.inputs):  # (the inputs' values as the program read them)
+        explainer._arrays[inp.reg] = rec._snaps[k]
     # Inputs: arguments, parameters, held tensors; backward-phase unknowns explained.
     arg_of = {}
     for i, t in enumerate(flat):
@@ -444,7 +446,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             arg_of.setdefault(key, i)
     params = {}
     for cell, _ in cells:
-        for p in cell.get_parameters(expand=False) if hasattr(cell, "get_parameters") else ():
+        for p in cell.get_parameters() if hasattr(cell, "get_parameters") else ():
             params.setdefault(p.name, p)
     in_regs, roles, extra, consts = [], [], [], []
     for inp, t in zip(prog.inputs, rec.inputs):
@@ -465,7 +467,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             value = rec_value(t)
             if first_use[r] == "bwd":
                 try:
-                    extra.append(explainer.explain(value, r, types[r]))
+                    extra.append(explainer.explain(value, r))
                     continue
                 except NotReplayable:
                     if value.size > _CONST_MAX:
@@ -482,16 +484,16 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
     for t in outs:
         r = rec.reg_of(t)
         if r is None:
-            ins = explainer.explain(rec_value(t), None, None)
-            extra.append(ins)
-            r = ins.outs[0]
+            instrs = explainer.explain(rec_value(t), None)
+            extra.append(instrs)
+            r = instrs[-1].outs[0]
         out_regs.append(int(r))
     plan = RegionPlan.build(prog, in_regs, out_regs, extra)
     plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]
     plan.in_shapes = [tuple(types[r].shape) for r in in_regs]
     if any(not all(type(d) is int for d in s) for s in plan.in_shapes):
         raise NotReplayable("symbolic input shape")
-    key = (prog.as_text(), tuple(repr(e) for e in extra), tuple(
+    key = (prog.as_text(), tuple(repr(e) for g in extra for e in g), tuple(
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
         tuple(out_regs), repr(out_spec), tuple(consts))
     return _Learned(key, plan, roles, out_spec, cells, seconds)
@@ -510,15 +512,28 @@ def _storage_key(t):
 
 
 class _Explainer:
-    """Finds the backward rule that gives a tensor of unknown origin (see the module doc)."""
+    """Finds the backward rule that gives a tensor of unknown origin (see the module doc).
+
+    Rules, tried in order; each is accepted only where its value on the recorded registers equals
+    the tensor's recorded value (rtol 1e-4; exactly for integers and bools):
+    - a constant (every element equal: zeros or ones MindSpore makes): `fill`;
+    - sum over leading axes of a backward register (BiasAdd's and LayerNorm's beta gradient);
+    - softmax_grad(y, dy) of a forward softmax;
+    - LayerNorm's gamma gradient sum(dy * xhat) and input gradient
+      rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, of a forward layer_norm;
+    - take of a backward register's rows by an integer register (UnsortedSegmentSum's backward);
+    - an integer register >= 0 (the same backward's mask).
+    The instructions of an accepted rule get new registers (the explained tensor keeps its own
+    where it is a program input)."""
 
     def __init__(self, prog, values: dict, phase_def: dict) -> None:
         self.prog = prog
         self.values = values  # register -> tensor holding its recorded value
         self.phase_def = phase_def
         self._arrays: dict = {}
+        self._interp = None
 
-    def _value(self, r: int) -> np.ndarray | None:
+    def _value(self, r: int):
         a = self._arrays.get(r)
         if a is None:
             t = self.values.get(r)
@@ -527,53 +542,188 @@ class _Explainer:
             a = self._arrays[r] = rec_value(t)
         return a
 
-    def _bwd_regs(self, shape, dtype):
+    def _regs(self, shape, dtype, phase="bwd"):
         types = self.prog.types
         return [r for r, ph in self.phase_def.items()
-                if ph == "bwd" and tuple(types[r].shape) == shape and types[r].dtype == dtype]
+                if (phase is None or ph == phase) and tuple(types[r].shape) == tuple(shape)
+                and types[r].dtype == dtype]
 
-    def explain(self, value: np.ndarray, reg, ty) -> Instr:
-        prog, types = self.prog, self.prog.types
-        shape = tuple(value.shape)
-        tol = 1e-6 * (1.0 + float(np.max(np.abs(value), initial=0.0)))
-        for ins in prog.instrs():
-            if ins.op == "bias_add" and self.phase_def.get(ins.outs[0]) == "fwd":
-                bty = types[int(ins.args[1])]
-                if tuple(bty.shape) != shape:
-                    continue
-                oty = types[ins.outs[0]]
-                axis = ins.attrs.get("axis", 1) % len(oty.shape)
-                others = tuple(a for a in range(len(oty.shape)) if a != axis)
-                for r in reversed(self._bwd_regs(tuple(oty.shape), oty.dtype)):
-                    v = self._value(r)
-                    if v is not None and np.allclose(v.sum(axis=others, dtype=np.float64), value, rtol=1e-4, atol=tol):
-                        out = reg if reg is not None else self._new(bty)
-                        return Instr("sum", (Reg(r),), {"axis": others, "keepdims": False, "dtype": None}, (out,))
-            elif ins.op == "softmax" and self.phase_def.get(ins.outs[0]) == "fwd":
-                yty = types[ins.outs[0]]
-                if tuple(yty.shape) != shape:
-                    continue
-                y = self._value(ins.outs[0])
-                axis = ins.attrs.get("axis", -1)
-                axis = axis[0] if isinstance(axis, (tuple, list)) else axis
-                if y is None:
-                    continue
-                for r in reversed(self._bwd_regs(shape, yty.dtype)):
-                    dy = self._value(r)
-                    if dy is None:
-                        continue
-                    y64, dy64 = y.astype(np.float64), dy.astype(np.float64)
-                    g = y64 * (dy64 - (dy64 * y64).sum(axis=axis, keepdims=True))
-                    if np.allclose(g, value, rtol=1e-4, atol=tol):
-                        out = reg if reg is not None else self._new(yty)
-                        return Instr("softmax_grad", (Reg(ins.outs[0]), Reg(r)), {"axis": axis}, (out,))
-        raise NotReplayable(f"unexplained backward tensor {list(shape)}")
+    def explain(self, value: np.ndarray, reg) -> list:
+        """Instructions computing `value` (into `reg`, or a new register), or NotReplayable."""
+        for rule in (self._leading_sum, self._softmax, self._layer_norm, self._rows, self._ge0, self._constant):
+            found = rule(value)
+            if found is not None:
+                instrs = found
+                if reg is not None:  # the last instruction writes the input's own register
+                    last = instrs[-1]
+                    instrs[-1] = Instr(last.op, last.args, last.attrs, (reg,))
+                return instrs
+        raise NotReplayable(f"unexplained backward tensor {list(value.shape)}")
 
-    def _new(self, ty) -> int:
+    # --- helpers -----------------------------------------------------------------------------------
+    def _new(self, dtype: str, shape) -> int:
+        from ms_dynvm.bytecode.types import TensorType
+
         r = self.prog.next_reg()
-        self.prog.types[r] = ty.with_shape(ty.shape) if ty.layout == "contiguous" else \
-            type(ty)(ty.dtype, ty.shape)
+        self.prog.types[r] = TensorType(dtype, tuple(shape))
         return r
+
+    def _close(self, got, value) -> bool:
+        if got is None or got.shape != value.shape:
+            return False
+        if value.dtype.kind in "biu":
+            return bool(np.array_equal(got, value))
+        tol = 1e-6 * (1.0 + float(np.max(np.abs(value), initial=0.0)))
+        return bool(np.allclose(got, value, rtol=1e-4, atol=tol, equal_nan=True))
+
+    def _dtype(self, value) -> str:
+        return dtypes.from_numpy(value.dtype)
+
+    def _run(self, instrs: list, value) -> bool:
+        """Whether `instrs` (over recorded registers) compute `value`."""
+        from ms_dynvm.runtime.interpreter import run_instr
+
+        vals = {}
+        made = {r for ins in instrs for r in ins.outs}
+        for ins in instrs:
+            for a in ins.args:
+                if isinstance(a, Reg) and int(a) not in vals and int(a) not in made:
+                    v = self._value(int(a))
+                    if v is None:
+                        return False
+                    vals[int(a)] = v
+        try:
+            for ins in instrs:
+                run_instr(ins, vals, self.prog.types)
+        except Exception:  # noqa: BLE001 - the rule does not apply
+            return False
+        return self._close(vals[instrs[-1].outs[0]], value)
+
+    # --- rules ---------------------------------------------------------------------------------------
+    def _constant(self, value):
+        flat = value.reshape(-1)
+        if flat.size == 0 or not (flat == flat[0]).all() or (value.dtype.kind == "f" and np.isnan(flat[0])):
+            return None
+        dt = self._dtype(value)
+        v = flat[0].item()
+        out = self._new(dt, value.shape)
+        return [Instr("fill", (), {"shape": tuple(value.shape), "dtype": dt, "value": v}, (out,))]
+
+    def _leading_sum(self, value):
+        if value.dtype.kind != "f":
+            return None
+        types, k = self.prog.types, value.ndim
+        dt = self._dtype(value)
+        for r in sorted(self.phase_def, reverse=True):
+            ty = types[r]
+            if self.phase_def[r] != "bwd" or ty.dtype != dt or len(ty.shape) <= k or \
+                    tuple(ty.shape[len(ty.shape) - k:]) != tuple(value.shape):
+                continue
+            v = self._value(r)
+            axes = tuple(range(len(ty.shape) - k))
+            if v is not None and self._close(v.sum(axis=axes, dtype=np.float64).astype(value.dtype), value):
+                out = self._new(dt, value.shape)
+                return [Instr("sum", (Reg(r),), {"axis": axes, "keepdims": False, "dtype": None}, (out,))]
+        return None
+
+    def _softmax(self, value):
+        types = self.prog.types
+        for ins in self.prog.instrs():
+            if ins.op != "softmax" or self.phase_def.get(ins.outs[0]) != "fwd":
+                continue
+            yty = types[ins.outs[0]]
+            if tuple(yty.shape) != value.shape:
+                continue
+            axis = ins.attrs.get("axis", -1)
+            axis = axis[0] if isinstance(axis, (tuple, list)) else axis
+            for r in reversed(self._regs(value.shape, yty.dtype)):
+                out = self._new(yty.dtype, value.shape)
+                cand = [Instr("softmax_grad", (Reg(ins.outs[0]), Reg(r)), {"axis": axis}, (out,))]
+                if self._run(cand, value):
+                    return cand
+        return None
+
+    def _layer_norm(self, value):
+        types = self.prog.types
+        for ins in self.prog.instrs():
+            if ins.op != "layer_norm" or self.phase_def.get(ins.outs[0]) != "fwd":
+                continue
+            x, gamma = int(ins.args[0]), ins.args[1]
+            y, mean, var = ins.outs
+            xty = types[x]
+            rank = len(xty.shape)
+            bna = ins.attrs.get("begin_norm_axis", -1) % rank
+            bpa = ins.attrs.get("begin_params_axis", -1) % rank
+            eps = float(ins.attrs.get("eps", 1e-5))
+            if xty.dtype != "f32" or bna != bpa or not isinstance(gamma, Reg):
+                continue
+            norm_axes = tuple(range(bna, rank))
+            lead = tuple(range(bna))
+            for dy in reversed(self._regs(xty.shape, "f32")):
+                seq = self._ln_rule(x, int(gamma), mean, var, dy, eps, norm_axes, lead, xty, value)
+                if seq is not None:
+                    return seq
+        return None
+
+    def _ln_rule(self, x, gamma, mean, var, dy, eps, norm_axes, lead, xty, value):
+        types = self.prog.types
+        shape, pshape = tuple(xty.shape), tuple(types[gamma].shape)
+        stat = tuple(types[mean].shape)
+        instrs = []
+
+        def emit(op, args, attrs, sh, dt="f32"):
+            out = self._new(dt, sh)
+            instrs.append(Instr(op, tuple(args), attrs, (out,)))
+            return Reg(out)
+
+        xc = emit("sub", (Reg(x), Reg(mean)), {}, shape)
+        ve = emit("add", (Reg(var), eps), {}, stat)
+        rstd = emit("rsqrt", (ve,), {}, stat)
+        xhat = emit("mul", (xc, rstd), {}, shape)
+        if value.shape == pshape:  # gamma's gradient
+            prod = emit("mul", (Reg(dy), xhat), {}, shape)
+            emit("sum", (prod,), {"axis": lead, "keepdims": False, "dtype": None}, pshape)
+            return instrs if self._run(instrs, value) else None
+        if value.shape != shape:
+            return None
+        g = emit("mul", (Reg(dy), Reg(gamma)), {}, shape)
+        mg = emit("mean", (g,), {"axis": norm_axes, "keepdims": True, "dtype": None}, stat)
+        gx = emit("mul", (g, xhat), {}, shape)
+        mgx = emit("mean", (gx,), {"axis": norm_axes, "keepdims": True, "dtype": None}, stat)
+        t1 = emit("sub", (g, mg), {}, shape)
+        t2 = emit("mul", (xhat, mgx), {}, shape)
+        t3 = emit("sub", (t1, t2), {}, shape)
+        emit("mul", (t3, rstd), {}, shape)
+        return instrs if self._run(instrs, value) else None
+
+    def _rows(self, value):
+        if value.ndim < 1 or value.dtype.kind != "f":
+            return None
+        types = self.prog.types
+        dt = self._dtype(value)
+        idx_regs = [r for r in self.phase_def if tuple(types[r].shape) == (value.shape[0],)
+                    and types[r].dtype in ("i32", "i64")]
+        rows = [q for q, ph in self.phase_def.items() if ph == "bwd" and types[q].dtype == dt
+                and len(types[q].shape) == value.ndim and tuple(types[q].shape[1:]) == tuple(value.shape[1:])]
+        for r in reversed(rows):
+            for i in reversed(idx_regs):
+                out = self._new(dt, value.shape)
+                cand = [Instr("gather", (Reg(r), Reg(i)), {"axis": 0, "batch_dims": 0}, (out,))]
+                if self._run(cand, value):
+                    return cand
+        return None
+
+    def _ge0(self, value):
+        if value.dtype != np.bool_:
+            return None
+        types = self.prog.types
+        for r in sorted(self.phase_def, reverse=True):
+            if tuple(types[r].shape) == value.shape and types[r].dtype in ("i32", "i64"):
+                out = self._new("bool", value.shape)
+                cand = [Instr("ge", (Reg(r), 0), {}, (out,))]
+                if self._run(cand, value):
+                    return cand
+        return None
 
 
 # --- installation -----------------------------------------------------------------------------------

@@ -63,9 +63,12 @@ def _operand(x: np.ndarray, trans: bool):
 
 
 def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False) -> np.ndarray:
-    """op(a) @ op(b) for float32 arrays (op: transpose where asked)."""
-    if _SGEMM is None or a.ndim != 2 or b.ndim != 2 or a.dtype != F32 or b.dtype != F32:
+    """op(a) @ op(b) for float32 arrays (op: transpose of the last two axes where asked); leading
+    (batch) axes broadcast as in np.matmul."""
+    if _SGEMM is None or a.dtype != F32 or b.dtype != F32 or a.ndim < 2 or b.ndim < 2:
         return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+    if a.ndim > 2 or b.ndim > 2:
+        return _batched(a, b, ta, tb)
     m, k = (a.shape[1], a.shape[0]) if ta else a.shape
     k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
     if k != k2:
@@ -80,3 +83,20 @@ def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False) -> 
     fb, ldb, b = _operand(b, tb)
     _SGEMM(fa, fb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n)
     return c
+
+
+def _batched(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
+    """A batched product as one GEMM where `b` has no batch axes (x @ W), else one GEMM per batch."""
+    if b.ndim == 2 and not ta and a.flags.c_contiguous:
+        m = a.shape[-2]
+        c = matmul(a.reshape(-1, a.shape[-1]), b, False, tb)
+        return c.reshape(a.shape[:-2] + (m, c.shape[-1]))
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a3 = np.broadcast_to(a, lead + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
+    b3 = np.broadcast_to(b, lead + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    m = a.shape[-1] if ta else a.shape[-2]
+    n = b.shape[-2] if tb else b.shape[-1]
+    c = np.empty((a3.shape[0], m, n), F32)
+    for i in range(a3.shape[0]):
+        c[i] = matmul(a3[i], b3[i], ta, tb)
+    return c.reshape(lead + (m, n))

@@ -25,6 +25,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.jit import gemm as _gemm
+from ms_dynvm.jit import kernels as _kernels
 from ms_dynvm.runtime import interpreter as _interp
 
 F32 = np.dtype(np.float32)
@@ -87,6 +88,23 @@ def _tile(a, attrs):
     return np.tile(a[0], attrs["multiples"])
 
 
+def _axis1(attrs):
+    ax = attrs.get("axis", -1)
+    return ax[0] if isinstance(ax, (tuple, list)) else ax
+
+
+def _softmax(a, attrs):
+    x = a[0]
+    ax = _axis1(attrs)
+    e = np.exp(x - np.max(x, axis=ax, keepdims=True))
+    return e / np.sum(e, axis=ax, keepdims=True)
+
+
+def _softmax_grad(a, attrs):
+    y, dy = a[0], a[1]
+    return y * (dy - np.sum(dy * y, axis=_axis1(attrs), keepdims=True))
+
+
 def _binary(ufunc):
     def run(a, attrs):
         return ufunc(a[0], a[1])
@@ -112,6 +130,7 @@ _FAST = {
     "square": _unary(np.square), "abs": _unary(np.abs),
     "matmul": _matmul, "sum": _sum, "mean": _mean, "bias_add": _bias_add, "relu": _relu,
     "relu_grad": _relu_grad, "transpose": _transpose, "reshape": _reshape, "tile": _tile,
+    "softmax": _softmax, "softmax_grad": _softmax_grad,
 }
 _FLOATS = frozenset(("f32", "f64"))
 # Ops the fast path may run on any dtype (they move or pick elements, no arithmetic).
@@ -146,6 +165,27 @@ def _fast_ok(ins, types) -> bool:
     return True
 
 
+def _compiled(ins, attrs, types):
+    """A compiled flat kernel for a slow elementwise op whose tensor operands all have the result's
+    (static) shape, or None (`jit/kernels.py`)."""
+    if ins.op not in _kernels.SLOW_ELEMENTWISE or len(ins.outs) != 1:
+        return None
+    shape = tuple(types[ins.outs[0]].shape)
+    regs = [int(a) for a in ins.args if isinstance(a, Reg)]
+    if not regs or any(tuple(types[r].shape) != shape for r in regs) or \
+            not all(type(d) is int for d in shape):
+        return None
+    imms = tuple((i, a) for i, a in enumerate(ins.args) if not isinstance(a, Reg))
+    k = _kernels.flat_kernel(ins.op, attrs, tuple(types[r].dtype for r in regs), types[ins.outs[0]].dtype, imms)
+    if k is None:
+        return None
+
+    def run(args, attrs, k=k):
+        return k([a for a in args if isinstance(a, np.ndarray)])
+    run.__name__ = f"kernel[{ins.op}]"
+    return run
+
+
 class RegionPlan:
     """A planned region: `run(arrays)` -> the arrays of `outputs` (see the module doc)."""
 
@@ -161,7 +201,8 @@ class RegionPlan:
     @classmethod
     def build(cls, program, inputs: list, outputs: list, extra: list = ()) -> "RegionPlan":
         """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
-        returned; `extra`: Instr objects to splice in (their result types in `program.types`)."""
+        returned; `extra`: groups (lists) of Instr objects to splice in, each group contiguously
+        (their result types in `program.types`)."""
         types = program.types
         instrs = list(program.instrs())
         for ins in instrs:
@@ -171,12 +212,26 @@ class RegionPlan:
                 raise NotReplayable(f"no implementation of {ins.op}")
             if opcodes.opdef(ins.op).group == opcodes.Group.RANDOM:
                 raise NotReplayable(f"random op {ins.op}")
-        # Splice each extra instruction in after the definition of the last register it reads.
+        # Splice each group of extra instructions in, in order, after the definition of the last
+        # register of the program that the group reads.
         pos = {r: i for i, ins in enumerate(instrs) for r in ins.outs}
-        placed = sorted(((max((pos.get(int(a), -1) for a in e.args if isinstance(a, Reg)), default=-1), k, e)
-                         for k, e in enumerate(extra)), key=lambda t: (t[0], t[1]))
-        for shift, (at, _, e) in enumerate(placed):
-            instrs.insert(at + 1 + shift, e)
+        placed = []
+        for k, group in enumerate(extra):
+            own = {r for e in group for r in e.outs}
+            at = max((pos.get(int(a), -1) for e in group for a in e.args
+                      if isinstance(a, Reg) and int(a) not in own), default=-1)
+            placed.append((at, k, group))
+        new, it = [], iter(sorted(placed, key=lambda t: (t[0], t[1])))
+        nxt = next(it, None)
+        while nxt is not None and nxt[0] < 0:
+            new.extend(nxt[2])
+            nxt = next(it, None)
+        for i, ins in enumerate(instrs):
+            new.append(ins)
+            while nxt is not None and nxt[0] == i:
+                new.extend(nxt[2])
+                nxt = next(it, None)
+        instrs = new
         # Dead code: keep what the outputs need.
         need = set(int(r) for r in outputs)
         keep = []
@@ -197,7 +252,7 @@ class RegionPlan:
         steps = []
         for ins in keep:
             attrs = opcodes.full_attrs(ins.op, ins.attrs)
-            fn = _FAST[ins.op] if _fast_ok(ins, types) else _interp.IMPLS[ins.op]
+            fn = _FAST[ins.op] if _fast_ok(ins, types) else _compiled(ins, attrs, types) or _interp.IMPLS[ins.op]
             mask = tuple(isinstance(a, Reg) for a in ins.args)
             args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
             dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)
