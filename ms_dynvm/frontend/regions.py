@@ -427,11 +427,15 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
     # Where each register was defined or first read: its phase.
     phase_def: dict = {}
     first_use: dict = {}
+    first_idx: dict = {}  # register -> index (in prog.instrs() order) of its first reader
+    n = 0
     for b in prog.blocks:
         for ins in b.instrs:
             for a in ins.args:
                 if isinstance(a, Reg):
                     first_use.setdefault(int(a), b.phase)
+                    first_idx.setdefault(int(a), n)
+            n += 1
             for r in ins.outs:
                 phase_def[r] = b.phase
     values = {int(r): t for r, t in zip(prog.outputs, rec.outputs)}
@@ -467,7 +471,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             value = rec_value(t)
             if first_use[r] == "bwd":
                 try:
-                    extra.append(explainer.explain(value, r))
+                    extra.append(explainer.explain(value, r, first_idx[r]))
                     continue
                 except NotReplayable:
                     if value.size > _CONST_MAX:
@@ -531,7 +535,8 @@ class _Explainer:
         self.values = values  # register -> tensor holding its recorded value
         self.phase_def = phase_def
         self._arrays: dict = {}
-        self._interp = None
+        self.limit = None
+        self.def_idx = {r: i for i, ins in enumerate(prog.instrs()) for r in ins.outs}
 
     def _value(self, r: int):
         a = self._arrays.get(r)
@@ -542,14 +547,22 @@ class _Explainer:
             a = self._arrays[r] = rec_value(t)
         return a
 
+    def _defined(self) -> dict:
+        """register -> phase, of the registers an explanation may read (see `explain`)."""
+        if self.limit is None:
+            return self.phase_def
+        return {r: ph for r, ph in self.phase_def.items() if self.def_idx.get(r, -1) < self.limit}
+
     def _regs(self, shape, dtype, phase="bwd"):
         types = self.prog.types
-        return [r for r, ph in self.phase_def.items()
+        return [r for r, ph in self._defined().items()
                 if (phase is None or ph == phase) and tuple(types[r].shape) == tuple(shape)
                 and types[r].dtype == dtype]
 
-    def explain(self, value: np.ndarray, reg) -> list:
-        """Instructions computing `value` (into `reg`, or a new register), or NotReplayable."""
+    def explain(self, value: np.ndarray, reg, limit: int | None = None) -> list:
+        """Instructions computing `value` (into `reg`, or a new register), or NotReplayable. Only
+        registers defined before instruction `limit` (the first reader of `reg`) are used."""
+        self.limit = limit
         for rule in (self._leading_sum, self._softmax, self._layer_norm, self._rows, self._ge0, self._constant):
             found = rule(value)
             if found is not None:
@@ -610,13 +623,14 @@ class _Explainer:
         return [Instr("fill", (), {"shape": tuple(value.shape), "dtype": dt, "value": v}, (out,))]
 
     def _leading_sum(self, value):
-        if value.dtype.kind != "f":
+        if value.dtype.kind != "f" or value.ndim == 0:
             return None
         types, k = self.prog.types, value.ndim
         dt = self._dtype(value)
-        for r in sorted(self.phase_def, reverse=True):
+        defined = self._defined()
+        for r in sorted(defined, reverse=True):
             ty = types[r]
-            if self.phase_def[r] != "bwd" or ty.dtype != dt or len(ty.shape) <= k or \
+            if defined[r] != "bwd" or ty.dtype != dt or len(ty.shape) <= k or \
                     tuple(ty.shape[len(ty.shape) - k:]) != tuple(value.shape):
                 continue
             v = self._value(r)
@@ -629,7 +643,7 @@ class _Explainer:
     def _softmax(self, value):
         types = self.prog.types
         for ins in self.prog.instrs():
-            if ins.op != "softmax" or self.phase_def.get(ins.outs[0]) != "fwd":
+            if ins.op != "softmax" or self._defined().get(ins.outs[0]) != "fwd":
                 continue
             yty = types[ins.outs[0]]
             if tuple(yty.shape) != value.shape:
@@ -646,7 +660,7 @@ class _Explainer:
     def _layer_norm(self, value):
         types = self.prog.types
         for ins in self.prog.instrs():
-            if ins.op != "layer_norm" or self.phase_def.get(ins.outs[0]) != "fwd":
+            if ins.op != "layer_norm" or self._defined().get(ins.outs[0]) != "fwd":
                 continue
             x, gamma = int(ins.args[0]), ins.args[1]
             y, mean, var = ins.outs
@@ -701,9 +715,10 @@ class _Explainer:
             return None
         types = self.prog.types
         dt = self._dtype(value)
-        idx_regs = [r for r in self.phase_def if tuple(types[r].shape) == (value.shape[0],)
+        defined = self._defined()
+        idx_regs = [r for r in defined if tuple(types[r].shape) == (value.shape[0],)
                     and types[r].dtype in ("i32", "i64")]
-        rows = [q for q, ph in self.phase_def.items() if ph == "bwd" and types[q].dtype == dt
+        rows = [q for q, ph in defined.items() if ph == "bwd" and types[q].dtype == dt
                 and len(types[q].shape) == value.ndim and tuple(types[q].shape[1:]) == tuple(value.shape[1:])]
         for r in reversed(rows):
             for i in reversed(idx_regs):
@@ -717,7 +732,7 @@ class _Explainer:
         if value.dtype != np.bool_:
             return None
         types = self.prog.types
-        for r in sorted(self.phase_def, reverse=True):
+        for r in sorted(self._defined(), reverse=True):
             if tuple(types[r].shape) == value.shape and types[r].dtype in ("i32", "i64"):
                 out = self._new("bool", value.shape)
                 cand = [Instr("ge", (Reg(r), 0), {}, (out,))]
