@@ -69,6 +69,9 @@ _PLAIN = (int, float, str, bool, type(None))
 _CONST_MAX = 16  # elements: a tensor of no recorded origin this small is a constant of the call
 _ATTR = "_ms_dynvm_region_obj"
 _EXCLUDE = "_ms_dynvm_exclude"
+_OPT_ATTR = "_ms_dynvm_optimizer"
+_INNER = "_ms_dynvm_inner_region"
+from mindspore.nn.optim.optimizer import Optimizer as _Optimizer  # noqa: E402
 _is_contiguous = TensorPy.is_contiguous
 # MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
 # script's Python state. `training` stays in (a guard of its own in the issue's terms).
@@ -133,7 +136,7 @@ def _view(t, dt: np.dtype, shape: tuple) -> np.ndarray:
 
 def _plain_state(cell) -> tuple:
     return tuple(sorted((k, v) for k, v in cell.__dict__.items()
-                        if type(v) in _PLAIN and k not in _CELL_INTERNAL))
+                        if type(v) in _PLAIN and k not in _CELL_INTERNAL and not k.startswith("_ms_dynvm")))
 
 
 def _np_dtype(ty) -> np.dtype:
@@ -194,6 +197,129 @@ class _Entry:
         return None
 
 
+class _OptState:
+    """A supported optimizer's replay state: its parameters' and states' memory as NumPy views, the
+    rule, and what its construct returns (a constant: the graph returns True or a tuple of them).
+
+    learn: at its second call (the first warms MindSpore up) the rule runs on copies of every
+    tensor while the eager step runs; the rule is kept only where every parameter and state tensor
+    equals the eager result (rtol 1e-5, atol 1e-7)."""
+
+    def __init__(self, opt) -> None:
+        self.opt = opt
+        self.kind = type(opt).__name__
+        self.state = "learn"
+        self.calls = 0
+        self.ret = None
+        self.ptrs = None
+        self.views = None
+
+    def why_not(self) -> str | None:
+        from mindspore import nn, float32
+
+        opt = self.opt
+        t = type(opt)
+        if t not in (nn.SGD, nn.Momentum, nn.Adam):
+            return f"optimizer {t.__name__}"
+        if opt.dynamic_lr or opt.is_group or opt.is_group_lr or opt.exec_weight_decay or opt.need_scale \
+                or opt.grad_centralization or opt.dynamic_weight_decay:
+            return "optimizer options"
+        if t is nn.Adam and (opt.use_amsgrad or opt.use_lazy or opt.use_offload):
+            return "optimizer options"
+        if t is nn.Momentum and opt.use_nesterov:  # (its kernel's rounding is not reproduced)
+            return "optimizer options"
+        if any(p.dtype != float32 for p in opt._parameters):
+            return "optimizer dtype"
+        return None
+
+    def _tensors(self) -> dict:
+        """name -> list of the optimizer's tensors (Parameters) the rule reads or writes."""
+        from mindspore import nn
+
+        opt = self.opt
+        d = {"params": list(opt._parameters), "lr": [opt.learning_rate], "step": [opt.global_step]}
+        t = type(opt)
+        if t is nn.SGD:
+            d.update(accum=list(opt.accum), stat=list(opt.stat), momentum=[opt.momentum])
+        elif t is nn.Momentum:
+            d.update(moments=list(opt.moments), momentum=[opt.momentum])
+        else:
+            d.update(m1=list(opt.moment1), m2=list(opt.moment2), b1p=[opt.beta1_power], b2p=[opt.beta2_power])
+        return d
+
+    def _make_views(self) -> None:
+        d = self._tensors()
+        self.views, self.ptrs = {}, []
+        for k, ts in d.items():
+            arrs = []
+            for t in ts:
+                dt = np.dtype(np.int32) if k == "step" else np.dtype(np.float32)
+                arrs.append(_view(t, dt, tuple(t.shape)))
+                self.ptrs.append((t, t._data_ptr()))
+            self.views[k] = arrs
+        self.shapes = [tuple(p.shape) for p in d["params"]]
+
+    def guard(self, grads, learning: bool = False) -> str | None:
+        if grads is None or len(grads) != len(self.opt._parameters):
+            return "optimizer arguments"
+        for g, p in zip(grads, self.opt._parameters):
+            if not isinstance(g, Tensor) or tuple(g.shape) != tuple(p.shape) or g.dtype != p.dtype:
+                return "optimizer arguments"
+        if not learning:
+            for t, ptr in self.ptrs:
+                if t._data_ptr() != ptr:
+                    return "parameter storage"
+        return None
+
+    def _rule(self, v: dict, grads: list) -> None:
+        from mindspore import nn
+
+        from ms_dynvm.jit import optim
+
+        opt = self.opt
+        t = type(opt)
+        lr = float(v["lr"][0])
+        if t is nn.SGD:
+            optim.sgd(v["params"], grads, v["accum"], v["stat"], lr, float(v["momentum"][0]), opt.dampening,
+                      opt.nesterov)
+        elif t is nn.Momentum:
+            optim.momentum(v["params"], grads, v["moments"], lr, float(v["momentum"][0]), opt.use_nesterov)
+        else:
+            b1, b2 = float(opt.beta1.asnumpy()), float(opt.beta2.asnumpy())
+            v["b1p"][0][...] = v["b1p"][0] * np.float32(b1)
+            v["b2p"][0][...] = v["b2p"][0] * np.float32(b2)
+            optim.adam(v["params"], grads, v["m1"], v["m2"], lr, b1, b2, float(opt.eps.asnumpy()),
+                       float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
+        v["step"][0] += 1
+
+    def step(self, grads) -> None:
+        self._rule(self.views, [_view(g, np.dtype(np.float32), s) for g, s in zip(grads, self.shapes)])
+
+    def learn(self, grads, run):
+        self._make_views()
+        before = {k: [a.copy() for a in arrs] for k, arrs in self.views.items()}
+        g = [np.array(_view(t, np.dtype(np.float32), s)) for t, s in zip(grads, self.shapes)]
+        out = run()
+        try:
+            self._rule(before, g)
+            ok = all(np.allclose(b, a, rtol=1e-5, atol=1e-7)
+                     for k in self.views for b, a in zip(before[k], self.views[k]))
+            if type(out) not in (bool, tuple) or (type(out) is tuple and any(type(x) is not bool for x in out)):
+                why = "optimizer result"
+            else:
+                why = None if ok else "optimizer rule differs from eager"
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
+            why = f"error ({type(e).__name__})"
+        if why is None:
+            self.ret = out
+            self.state = "replay"
+            METRICS.region_compiles += 1
+        else:
+            self.state = "eager"
+            METRICS.regions_not_replayable[why] += 1
+        return out
+
+
 class Region:
     """A region owner: a differentiated function's wrapper, a Cell, or a `jit`-marked function."""
 
@@ -235,6 +361,8 @@ class Regions:
         """An outermost Cell call (`run()` makes it eagerly, with ms_dynvm's other hooks)."""
         if not self._usable() or cell.__dict__.get(_EXCLUDE):
             return run()
+        if isinstance(cell, _Optimizer):
+            return self._optimizer_call(cell, args, run)
         region = _region_of_cell(cell)
         if _grad_enabled():  # (a Cell called under a gradient that is no region of ours)
             if any(e.state == "replay" for e in region.entries.values()):
@@ -253,7 +381,7 @@ class Regions:
     def call(self, region: Region, run, args):
         """Run one call of `region`: `run()` is the eager call."""
         if region.excluded:
-            return run()  # (not a region: Cells it calls may be regions of their own)
+            return self._eager(run)  # (nor anything it calls)
         METRICS.region_calls += 1
         region.calls += 1
         flat: list = []
@@ -279,6 +407,38 @@ class Regions:
             return self._eager(run)
         if entry.state == "learn" and region.calls > 1:  # (the region's first call warms MindSpore up)
             return self._learn(region, entry, run, flat)
+        return self._eager(run)
+
+    # --- optimizers ---------------------------------------------------------------------------------
+    def _optimizer_call(self, opt, args, run):
+        """An `nn` optimizer's step: replayed by its update rule (`jit/optim.py`) once the rule has
+        matched an eager step; see `_OptState`."""
+        METRICS.region_calls += 1
+        st = opt.__dict__.get(_OPT_ATTR)
+        if st is None or st[0] != id(opt):
+            st = opt.__dict__[_OPT_ATTR] = (id(opt), _OptState(opt))
+            METRICS.regions_seen += 1
+        st = st[1]
+        st.calls += 1
+        grads = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else None
+        if st.state == "replay":
+            why = st.guard(grads)
+            if why is None:
+                t0 = time.perf_counter()
+                st.step(grads)
+                METRICS.regions_replayed += 1
+                METRICS.region_replay_seconds += time.perf_counter() - t0
+                return st.ret
+            METRICS.region_guard_failures[why] += 1
+            st.state = "learn"
+            return self._eager(run)
+        if st.state == "learn" and st.calls > 1:
+            why = st.why_not() or (None if grads is not None and st.guard(grads, learning=True) is None
+                                   else "optimizer arguments")
+            if why is None:
+                return self._eager(lambda: st.learn(grads, run))
+            st.state = "eager"
+            METRICS.regions_not_replayable[why] += 1
         return self._eager(run)
 
     def _eager(self, run):
@@ -745,11 +905,12 @@ class _Explainer:
 _ACTIVE: list = [None]  # the Regions of the current enable(), or None
 
 
-def grad_region(f, fn):
+def grad_region(f, fn, region=None):
     """Wrap `f`, a function `ms.value_and_grad`/`ms.grad` returned for `fn`, as a region."""
     if getattr(fn, "__dict__", {}).get(_EXCLUDE):
         return f
-    region = Region("grad", getattr(fn, "__qualname__", type(fn).__name__))
+    if region is None:
+        region = Region("grad", getattr(fn, "__qualname__", type(fn).__name__))
 
     @functools.wraps(f)
     def region_call(*args, **kwargs):
@@ -797,8 +958,18 @@ def install(hooks) -> None:
     def make(orig):
         def grad_call(self, fn, weights=None, grad_position=0):
             f = orig(self, fn, weights, grad_position)
-            if getattr(self, "pynative_", False) or threading.get_ident() != me or _ACTIVE[0] is None:
-                return f  # (the inner _Grad call of every step, or another thread)
+            if threading.get_ident() != me or _ACTIVE[0] is None:
+                return f
+            if getattr(self, "pynative_", False):
+                # The inner _Grad call that every call of a grad function makes (the function
+                # `value_and_grad` returned calls `grad_(fn, weights)(*args)`): a region too, one per
+                # (inner _Grad, fn, weights), so grad functions made before enable() are regions.
+                # Inside a wrapped outer call it runs plainly (nested).
+                ent = self.__dict__.get(_INNER)
+                if ent is None or ent[0] is not fn or ent[1] is not weights:
+                    ent = self.__dict__[_INNER] = (fn, weights, Region(
+                        "grad", getattr(fn, "__qualname__", type(fn).__name__)))
+                return grad_region(f, fn, ent[2])
             return grad_region(f, fn)
         return grad_call
 
