@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import statistics
 import threading
 import time
@@ -329,6 +330,7 @@ class Region:
         self.entries: dict = {}
         self.calls = 0
         self.cell = None  # the Cell, for a Cell region
+        self.families: dict = {}  # _family(key) -> recordings that agreed with it
         self.excluded = False
 
 
@@ -485,18 +487,22 @@ class Regions:
         return arrays
 
     def _learn(self, region: Region, entry: _Entry, run, flat: list):
+        """A learning call. Recordings count per signature family (`_family`: the program with its
+        sizes abstracted): a signature is replayed once LEARN_CALLS recordings of its family agree,
+        at this signature or at others; two recordings at one signature must agree exactly."""
         out, lr, why = self._record(region, run, flat)
         if why is None:
             entry.eager_s = min(entry.eager_s, lr.seconds)
+            if any(x.key != lr.key for x in entry.learned):
+                why = "recordings differ"
+        if why is None:
+            fam = _family(lr.key)
+            region.families[fam] = region.families.get(fam, 0) + 1
             entry.learned.append(lr)
-            if len(entry.learned) >= LEARN_CALLS:
-                first = entry.learned[0]
-                if all(x.key == first.key for x in entry.learned[1:]):
-                    entry.install(entry.learned[-1])
-                    entry.learned = []
-                    METRICS.region_compiles += 1
-                else:
-                    why = "recordings differ"
+            if region.families[fam] >= LEARN_CALLS:
+                entry.install(lr)
+                entry.learned = []
+                METRICS.region_compiles += 1
         if why is not None:
             entry.state = "eager"
             entry.reason = why
@@ -530,11 +536,16 @@ class Regions:
 
         self.cells = [] if region.cell is None else [(region.cell, _plain_state(region.cell))]
         self.depth += 1
+        # Tier 1 neither tracks nor compiles the ops of a call being learned: the region will be
+        # replayed, and its groups' compiles would be paid for nothing.
+        mode = dispatch._S.mode
+        t1, mode.tier1 = mode.tier1, None
         t0 = time.perf_counter()
         try:
             with dispatch.record() as rec:
                 out = run()
         finally:
+            mode.tier1 = t1
             self.depth -= 1
             cells, self.cells = self.cells, None
         seconds = time.perf_counter() - t0
@@ -546,6 +557,18 @@ class Regions:
             METRICS.record_errors[f"region: {type(e).__name__}: {e}"] += 1
             return out, None, f"error ({type(e).__name__})"
         return out, lr, None
+
+
+_NUMBER = re.compile(r"(?<![%\w])-?\d+(?:\.\d*)?(?:e[-+]?\d+)?")
+
+
+def _family(key) -> tuple:
+    """A learned key with every number in the program's text abstracted (shapes, size-dependent
+    attributes and scalars), so recordings at other sizes of one signature family compare equal;
+    registers (%n), op names, roles and structure still have to match."""
+    text, extra, roles, out_regs, out_spec, consts = key
+    return (_NUMBER.sub("#", text), tuple(_NUMBER.sub("#", e) for e in extra), roles, out_regs, out_spec,
+            len(consts))
 
 
 def _dispatch_state():

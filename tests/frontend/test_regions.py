@@ -385,3 +385,22 @@ def test_unsupported_optimizer_runs_eagerly(vm):
     for _ in range(4):
         opt(gf(x)[1])
     assert ms_dynvm.stats()["regions_not_replayable"] == {"optimizer options": 1}
+
+
+def test_a_new_size_of_a_learned_family_replays_after_one_recording(vm):
+    net = _mlp(6)
+    net.set_train(False)
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # warm-up and two recordings at batch 4
+        net(ms.Tensor(rng.standard_normal((4, 12)).astype(np.float32)))
+    assert ms_dynvm.stats()["region_compiles"] == 1
+    x = ms.Tensor(rng.standard_normal((7, 12)).astype(np.float32))
+    first = net(x)  # one recording at batch 7: the family agrees, the plan is installed
+    assert ms_dynvm.stats()["region_compiles"] == 2
+    again = net(x)
+    assert ms_dynvm.stats()["regions_replayed"] == 1
+    ms_dynvm.disable()
+    want = net(x).asnumpy()
+    np.testing.assert_array_equal(first.asnumpy(), want)
+    np.testing.assert_allclose(again.asnumpy(), want, rtol=1e-5, atol=1e-6)
+    ms_dynvm.enable(regions=True, step_switch=False)
