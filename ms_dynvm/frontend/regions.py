@@ -397,13 +397,14 @@ class Regions:
             entry = region.entries[key] = _Entry()
             METRICS.regions_seen += 1
         if entry.state == "replay":
+            t0 = time.perf_counter()
             why = entry.guard()
             if why is None:
                 entry.replays += 1
                 n = entry.replays
                 if n in REVERIFY_AT or n % REVERIFY_EVERY == 0:
                     return self._reverify(region, entry, run, flat)
-                return self._replay(entry, flat)
+                return self._replay(entry, flat, t0)
             METRICS.region_guard_failures[why] += 1
             self._reset(entry)
             return self._eager(run)
@@ -456,15 +457,18 @@ class Regions:
         entry.learned = []
         entry.plan = None
 
-    def _replay(self, entry: _Entry, flat: list):
-        t0 = time.perf_counter()
+    def _replay(self, entry: _Entry, flat: list, t0: float):
         arrays = self._arrays(entry, flat)
+        t1 = time.perf_counter()
         outs = entry.plan.run(arrays)
+        t2 = time.perf_counter()
         from_numpy = Tensor.from_numpy
         res = _rebuild(entry.out_spec, iter([from_numpy(a) for a in outs]))
-        dt = time.perf_counter() - t0
+        t3 = time.perf_counter()
+        dt = t3 - t0
         METRICS.regions_replayed += 1
         METRICS.region_replay_seconds += dt
+        METRICS.region_host_seconds += dt - (t2 - t1)
         if len(entry.replay_s) < _TIME_SAMPLES:
             entry.replay_s.append(dt)
             if len(entry.replay_s) == _TIME_SAMPLES and statistics.median(entry.replay_s) >= entry.eager_s:

@@ -198,6 +198,17 @@ class RegionPlan:
         self.out_dts = [dtypes.to_numpy(types[r].dtype) for r in out_regs]
         self.n_fast = sum(1 for s in steps if s.fn in _FAST.values())
 
+    def describe(self) -> dict:
+        """How the steps run: op -> how many run by a NumPy fast path, a compiled kernel, the
+        reference interpreter."""
+        out: dict = {}
+        fast = set(_FAST.values())
+        for s in self.steps:
+            how = "numpy" if s.fn in fast else "kernel" if s.fn.__name__.startswith("kernel[") else "interpreter"
+            d = out.setdefault(s.op, {})
+            d[how] = d.get(how, 0) + 1
+        return out
+
     @classmethod
     def build(cls, program, inputs: list, outputs: list, extra: list = ()) -> "RegionPlan":
         """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
@@ -252,7 +263,7 @@ class RegionPlan:
         steps = []
         for ins in keep:
             attrs = opcodes.full_attrs(ins.op, ins.attrs)
-            fn = _FAST[ins.op] if _fast_ok(ins, types) else _compiled(ins, attrs, types) or _interp.IMPLS[ins.op]
+            fn = _FAST[ins.op] if _fast_ok(ins, types) else _compiled(ins, attrs, types) or _interp.RAW_IMPLS[ins.op]
             mask = tuple(isinstance(a, Reg) for a in ins.args)
             args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
             dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)

@@ -103,6 +103,7 @@ Deliberate deviations from MindSpore CPU (kernel artefacts the VM does not copy)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
@@ -122,6 +123,9 @@ class InterpreterError(RuntimeError):
 
 Impl = Callable[[list, dict], "np.ndarray | tuple"]
 IMPLS: dict[str, Impl] = {}
+# The same implementations without the per-call NumPy error state and warnings filter, for
+# executors that set `np.errstate(all="ignore")` once around many ops (jit/replay.py).
+RAW_IMPLS: dict[str, Impl] = {}
 
 
 def _impl(*names: str):
@@ -131,6 +135,7 @@ def _impl(*names: str):
         takes_op = len(inspect.signature(fn).parameters) == 3
         for n in names:
             IMPLS[n] = _wrap(fn, n if takes_op else None)
+            RAW_IMPLS[n] = functools.partial(fn, n) if takes_op else fn
         return fn
 
     return register
