@@ -72,6 +72,7 @@ _ATTR = "_ms_dynvm_region_obj"
 _EXCLUDE = "_ms_dynvm_exclude"
 _OPT_ATTR = "_ms_dynvm_optimizer"
 _INNER = "_ms_dynvm_inner_region"
+_OUTER = "_ms_dynvm_outer_region"
 from mindspore.nn.optim.optimizer import Optimizer as _Optimizer  # noqa: E402
 _is_contiguous = TensorPy.is_contiguous
 # MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
@@ -359,6 +360,11 @@ class Regions:
         if cells is not None and all(c is not cell for c, _ in cells):
             cells.append((cell, _plain_state(cell)))
 
+    @staticmethod
+    def is_optimizer(cell) -> bool:
+        """Optimizer steps are regions wherever they are called (a train-step Cell calls them)."""
+        return isinstance(cell, _Optimizer)
+
     def cell_call(self, cell, args, run):
         """An outermost Cell call (`run()` makes it eagerly, with ms_dynvm's other hooks)."""
         if not self._usable() or cell.__dict__.get(_EXCLUDE):
@@ -383,7 +389,11 @@ class Regions:
     def call(self, region: Region, run, args):
         """Run one call of `region`: `run()` is the eager call."""
         if region.excluded:
-            return self._eager(run)  # (nor anything it calls)
+            self.depth += 1  # (nor anything it calls)
+            try:
+                return run()
+            finally:
+                self.depth -= 1
         METRICS.region_calls += 1
         region.calls += 1
         flat: list = []
@@ -444,12 +454,11 @@ class Regions:
             METRICS.regions_not_replayable[why] += 1
         return self._eager(run)
 
-    def _eager(self, run):
-        self.depth += 1
-        try:
-            return run()
-        finally:
-            self.depth -= 1
+    @staticmethod
+    def _eager(run):
+        """The call runs eagerly; regions inside it (a gradient function or an optimizer called by a
+        train-step Cell that is not replayable itself) are regions of their own."""
+        return run()
 
     @staticmethod
     def _reset(entry: _Entry) -> None:
@@ -635,10 +644,12 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
         key = _storage_key(t)
         if key is not None:
             arg_of.setdefault(key, i)
-    params = {}
+    params = {}  # storage -> the live Parameter (names may change when a Cell is wrapped)
     for cell, _ in cells:
         for p in cell.get_parameters() if hasattr(cell, "get_parameters") else ():
-            params.setdefault(p.name, p)
+            key = _storage_key(p)
+            if key is not None:
+                params.setdefault(key, p)
     in_regs, roles, extra, consts = [], [], [], []
     for inp, t in zip(prog.inputs, rec.inputs):
         r = inp.reg
@@ -649,8 +660,8 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             in_regs.append(r)
             roles.append(("arg", i))
         elif inp.kind == "param":
-            p = params.get(inp.name)
-            if p is None or _storage_key(p) != _storage_key(t):
+            p = params.get(_storage_key(t))
+            if p is None:
                 raise NotReplayable("parameter not found")
             in_regs.append(r)
             roles.append(("param", p))
@@ -983,8 +994,8 @@ def install(hooks) -> None:
     me = hooks.thread
 
     def make(orig):
-        def grad_call(self, fn, weights=None, grad_position=0):
-            f = orig(self, fn, weights, grad_position)
+        def grad_call(self, fn, weights=None, *rest):
+            f = orig(self, fn, weights, *rest)
             if threading.get_ident() != me or _ACTIVE[0] is None:
                 return f
             if getattr(self, "pynative_", False):
@@ -997,10 +1008,17 @@ def install(hooks) -> None:
                     ent = self.__dict__[_INNER] = (fn, weights, Region(
                         "grad", getattr(fn, "__qualname__", type(fn).__name__)))
                 return grad_region(f, fn, ent[2])
-            return grad_region(f, fn)
+            # One region per (grad operation, fn, weights): a train-step Cell asks for its gradient
+            # function anew at every step (`self.grad(self.network, self.weights)(...)`).
+            ent = self.__dict__.get(_OUTER)
+            if ent is None or ent[0] is not fn or ent[1] is not weights:
+                ent = self.__dict__[_OUTER] = (fn, weights, Region(
+                    "grad", getattr(fn, "__qualname__", type(fn).__name__)))
+            return grad_region(f, fn, ent[2])
         return grad_call
 
-    hooks._patch(_cbase._Grad, "__call__", make)
+    hooks._patch(_cbase._Grad, "__call__", make)  # ms.value_and_grad, ms.grad
+    hooks._patch(_cbase.GradOperation, "__call__", make)  # ops.GradOperation (nn.TrainOneStepCell)
     hooks.regions = _ACTIVE[0] = Regions(me)
 
 

@@ -228,7 +228,7 @@ class Hooks:
                 if regions is not None:
                     if regions.cells is not None:
                         regions.note_cell(cell)
-                    elif not hooks._cell_depth and not k and not regions.depth:
+                    elif not k and not regions.depth and (not hooks._cell_depth or regions.is_optimizer(cell)):
                         return regions.cell_call(cell, a, lambda: hooked_call(cell, a, k))
                 return hooked_call(cell, a, k)
 
