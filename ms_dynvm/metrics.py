@@ -74,6 +74,7 @@ class Metrics:
         self.region_retired: Counter = Counter()  # reason -> regions retired after replaying
         self.region_replay_seconds = 0.0  # wall time inside replays (guards, program, wrapping)
         self.region_host_seconds = 0.0  # of which guards, input views and output wrapping
+        self.region_pipeline_skipped: Counter = Counter()  # region programs the pass pipeline refused
 
     def set_op_phase(self, phase: str) -> None:
         """Ops seen from now on are counted in `phase` (`op_names` is that phase's list now)."""
@@ -153,6 +154,7 @@ class Metrics:
             "region_retired": dict(self.region_retired),
             "region_replay_seconds": self.region_replay_seconds,
             "region_host_seconds": self.region_host_seconds,
+            "region_pipeline_skipped": dict(self.region_pipeline_skipped),
             **pool_stats,
         }
 

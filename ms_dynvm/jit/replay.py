@@ -186,6 +186,26 @@ def _compiled(ins, attrs, types):
     return run
 
 
+def _optimized(program, instrs: list, inputs: list, outputs: list) -> list:
+    """The region's instructions through the pass pipeline (`passes.pipeline.optimize`: dce, cse,
+    simplify, fold) as one IR Function; the instructions as they were where the pipeline cannot
+    take them (counted in `region_pipeline_skipped`). Returns (instructions, output registers)."""
+    from ms_dynvm.ir.function import Function
+    from ms_dynvm.metrics import METRICS
+    from ms_dynvm.passes.pipeline import optimize
+
+    params = [int(r) for r in inputs] + [int(r) for r in program.consts]
+    fn = Function("region", params, list(instrs), [int(r) for r in outputs], dict(program.types))
+    try:
+        out = optimize(fn)
+    except Exception as e:  # noqa: BLE001 - the unoptimised program is still right
+        METRICS.region_pipeline_skipped[type(e).__name__] += 1
+        return instrs, outputs
+    program.types.update(out.types)
+    # (outputs keep their positions; a rewrite may have renamed them, `x * 1` -> `x`)
+    return list(out.body), [int(r) for r in out.outputs]
+
+
 class RegionPlan:
     """A planned region: `run(arrays)` -> the arrays of `outputs` (see the module doc)."""
 
@@ -210,7 +230,7 @@ class RegionPlan:
         return out
 
     @classmethod
-    def build(cls, program, inputs: list, outputs: list, extra: list = ()) -> "RegionPlan":
+    def build(cls, program, inputs: list, outputs: list, extra: list = (), optimize: bool = True) -> "RegionPlan":
         """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
         returned; `extra`: groups (lists) of Instr objects to splice in, each group contiguously
         (their result types in `program.types`)."""
@@ -243,6 +263,8 @@ class RegionPlan:
                 new.extend(nxt[2])
                 nxt = next(it, None)
         instrs = new
+        if optimize:
+            instrs, outputs = _optimized(program, instrs, inputs, outputs)
         # Dead code: keep what the outputs need.
         need = set(int(r) for r in outputs)
         keep = []
