@@ -28,9 +28,11 @@ explains makes the region not replayable ("unexplained backward tensor"), named 
 Forward-phase tensors of no recorded origin (constants MindSpore makes inside the call, tensors the
 function captures) are read live at each replay.
 
-Re-verification: at replay counts in `REVERIFY_AT` (then every `REVERIFY_EVERY`), the call is
-learned again (recorded eagerly) and compared with the plan: another program, or outputs beyond
-rtol 1e-4, retires the signature (`region_retired`) and it runs eagerly from then on.
+Re-verification: at a region's replay counts in `REVERIFY_AT` (then every `REVERIFY_EVERY`), over
+all its signatures, the call is learned again (recorded eagerly) and compared with the plan:
+another program, or outputs beyond rtol 1e-4, retires the signature (`region_retired`) and it runs
+eagerly from then on. A recorded call costs about two eager calls: the schedule keeps that under 1%
+of a long run's replays.
 
 Per batch size: the eager wall time of the recorded calls (an overestimate of plain eager) is kept
 per signature; after `_TIME_SAMPLES` replays whose median is not below it, the signature runs
@@ -63,8 +65,8 @@ from ms_dynvm.jit.replay import NotReplayable, RegionPlan
 from ms_dynvm.metrics import METRICS
 
 LEARN_CALLS = 2
-REVERIFY_AT = (8, 64, 512)
-REVERIFY_EVERY = 2048
+REVERIFY_AT = (16, 128, 1024)  # replays of a region (any signature) that are re-verified
+REVERIFY_EVERY = 4096
 _TIME_SAMPLES = 5
 _PLAIN = (int, float, str, bool, type(None))
 _CONST_MAX = 16  # elements: a tensor of no recorded origin this small is a constant of the call
@@ -332,6 +334,7 @@ class Region:
         self.calls = 0
         self.cell = None  # the Cell, for a Cell region
         self.families: dict = {}  # _family(key) -> recordings that agreed with it
+        self.replays = 0  # over all signatures: re-verification is per region (REVERIFY_AT)
         self.excluded = False
 
 
@@ -411,7 +414,8 @@ class Regions:
             why = entry.guard()
             if why is None:
                 entry.replays += 1
-                n = entry.replays
+                region.replays += 1
+                n = region.replays
                 if n in REVERIFY_AT or n % REVERIFY_EVERY == 0:
                     return self._reverify(region, entry, run, flat)
                 return self._replay(entry, flat, t0)
