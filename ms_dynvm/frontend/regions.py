@@ -784,18 +784,28 @@ class _Explainer:
         return r
 
     def _close(self, got, value) -> bool:
+        return self._err(got, value) <= 1.0
+
+    @staticmethod
+    def _err(got, value) -> float:
+        """0 for equal, <= 1 within tolerance (rtol 1e-4, atol 1e-6 of the largest magnitude; exact
+        for integers and bools), inf for another shape."""
         if got is None or got.shape != value.shape:
-            return False
+            return float("inf")
         if value.dtype.kind in "biu":
-            return bool(np.array_equal(got, value))
-        tol = 1e-6 * (1.0 + float(np.max(np.abs(value), initial=0.0)))
-        return bool(np.allclose(got, value, rtol=1e-4, atol=tol, equal_nan=True))
+            return 0.0 if np.array_equal(got, value) else float("inf")
+        with np.errstate(all="ignore"):
+            g, v = got.astype(np.float64), value.astype(np.float64)
+            same = (g == v) | (np.isnan(g) & np.isnan(v))
+            tol = 1e-6 * (1.0 + float(np.max(np.abs(v), initial=0.0))) + 1e-4 * np.abs(v)
+            r = np.where(same, 0.0, np.abs(g - v) / tol)
+        return float(np.max(r, initial=0.0)) if not np.isnan(r).any() else float("inf")
 
     def _dtype(self, value) -> str:
         return dtypes.from_numpy(value.dtype)
 
-    def _run(self, instrs: list, value) -> bool:
-        """Whether `instrs` (over recorded registers) compute `value`."""
+    def _run(self, instrs: list, value) -> float:
+        """How far the value `instrs` compute (over recorded registers) is from `value` (`_err`)."""
         from ms_dynvm.runtime.interpreter import run_instr
 
         vals = {}
@@ -805,14 +815,25 @@ class _Explainer:
                 if isinstance(a, Reg) and int(a) not in vals and int(a) not in made:
                     v = self._value(int(a))
                     if v is None:
-                        return False
+                        return float("inf")
                     vals[int(a)] = v
         try:
             for ins in instrs:
                 run_instr(ins, vals, self.prog.types)
         except Exception:  # noqa: BLE001 - the rule does not apply
-            return False
-        return self._close(vals[instrs[-1].outs[0]], value)
+            return float("inf")
+        return self._err(vals[instrs[-1].outs[0]], value)
+
+    def _better(self, best, cand: list, value):
+        """The closer of `best` ((error, instrs) or None) and candidate `cand`."""
+        e = self._run(cand, value)
+        if e <= 1.0 and (best is None or e < best[0]):
+            return (e, cand)
+        return best
+
+    @staticmethod
+    def _accept(best):
+        return None if best is None else best[1]
 
     # --- rules ---------------------------------------------------------------------------------------
     def _constant(self, value):
@@ -830,6 +851,7 @@ class _Explainer:
         types, k = self.prog.types, value.ndim
         dt = self._dtype(value)
         defined = self._defined()
+        best = None
         for r in sorted(defined, reverse=True):
             ty = types[r]
             if defined[r] != "bwd" or ty.dtype != dt or len(ty.shape) <= k or \
@@ -837,13 +859,19 @@ class _Explainer:
                 continue
             v = self._value(r)
             axes = tuple(range(len(ty.shape) - k))
-            if v is not None and self._close(v.sum(axis=axes, dtype=np.float64).astype(value.dtype), value):
-                out = self._new(dt, value.shape)
-                return [Instr("sum", (Reg(r),), {"axis": axes, "keepdims": False, "dtype": None}, (out,))]
-        return None
+            if v is None:
+                continue
+            e = self._err(v.sum(axis=axes, dtype=np.float64).astype(value.dtype), value)
+            if e <= 1.0 and (best is None or e < best[0]):
+                best = (e, r, axes)
+        if best is None:
+            return None
+        out = self._new(dt, value.shape)
+        return [Instr("sum", (Reg(best[1]),), {"axis": best[2], "keepdims": False, "dtype": None}, (out,))]
 
     def _softmax(self, value):
         types = self.prog.types
+        best = None
         for ins in self.prog.instrs():
             if ins.op != "softmax" or self._defined().get(ins.outs[0]) != "fwd":
                 continue
@@ -855,12 +883,12 @@ class _Explainer:
             for r in reversed(self._regs(value.shape, yty.dtype)):
                 out = self._new(yty.dtype, value.shape)
                 cand = [Instr("softmax_grad", (Reg(ins.outs[0]), Reg(r)), {"axis": axis}, (out,))]
-                if self._run(cand, value):
-                    return cand
-        return None
+                best = self._better(best, cand, value)
+        return self._accept(best)
 
     def _layer_norm(self, value):
         types = self.prog.types
+        best = None
         for ins in self.prog.instrs():
             if ins.op != "layer_norm" or self._defined().get(ins.outs[0]) != "fwd":
                 continue
@@ -878,8 +906,8 @@ class _Explainer:
             for dy in reversed(self._regs(xty.shape, "f32")):
                 seq = self._ln_rule(x, int(gamma), mean, var, dy, eps, norm_axes, lead, xty, value)
                 if seq is not None:
-                    return seq
-        return None
+                    best = self._better(best, seq, value)
+        return self._accept(best)
 
     def _ln_rule(self, x, gamma, mean, var, dy, eps, norm_axes, lead, xty, value):
         types = self.prog.types
@@ -899,7 +927,7 @@ class _Explainer:
         if value.shape == pshape:  # gamma's gradient
             prod = emit("mul", (Reg(dy), xhat), {}, shape)
             emit("sum", (prod,), {"axis": lead, "keepdims": False, "dtype": None}, pshape)
-            return instrs if self._run(instrs, value) else None
+            return instrs
         if value.shape != shape:
             return None
         g = emit("mul", (Reg(dy), Reg(gamma)), {}, shape)
@@ -910,7 +938,7 @@ class _Explainer:
         t2 = emit("mul", (xhat, mgx), {}, shape)
         t3 = emit("sub", (t1, t2), {}, shape)
         emit("mul", (t3, rstd), {}, shape)
-        return instrs if self._run(instrs, value) else None
+        return instrs
 
     def _rows(self, value):
         if value.ndim < 1 or value.dtype.kind != "f":
@@ -926,7 +954,7 @@ class _Explainer:
             for i in reversed(idx_regs):
                 out = self._new(dt, value.shape)
                 cand = [Instr("gather", (Reg(r), Reg(i)), {"axis": 0, "batch_dims": 0}, (out,))]
-                if self._run(cand, value):
+                if self._run(cand, value) <= 1.0:
                     return cand
         return None
 
@@ -938,7 +966,7 @@ class _Explainer:
             if tuple(types[r].shape) == value.shape and types[r].dtype in ("i32", "i64"):
                 out = self._new("bool", value.shape)
                 cand = [Instr("ge", (Reg(r), 0), {}, (out,))]
-                if self._run(cand, value):
+                if self._run(cand, value) <= 1.0:
                     return cand
         return None
 
