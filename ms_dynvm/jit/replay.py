@@ -24,6 +24,7 @@ import numpy as np
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.jit import builtins as _builtins
 from ms_dynvm.jit import gemm as _gemm
 from ms_dynvm.jit import kernels as _kernels
 from ms_dynvm.runtime import interpreter as _interp
@@ -105,6 +106,20 @@ def _softmax_grad(a, attrs):
     return y * (dy - np.sum(dy * y, axis=_axis1(attrs), keepdims=True))
 
 
+def _pow(a, attrs):
+    x, e = a[0], a[1]
+    ev = float(e) if type(e) is not np.ndarray or e.ndim == 0 else None
+    if ev == 2.0:
+        return x * x
+    if ev == 1.0:
+        return x.copy()
+    return np.power(x, e if type(e) is np.ndarray else x.dtype.type(e))
+
+
+def _segment_sum(a, attrs):
+    return _builtins.segment_sum(a[0], a[1], attrs["num_segments"])
+
+
 def _binary(ufunc):
     def run(a, attrs):
         return ufunc(a[0], a[1])
@@ -130,7 +145,8 @@ _FAST = {
     "square": _unary(np.square), "abs": _unary(np.abs),
     "matmul": _matmul, "sum": _sum, "mean": _mean, "bias_add": _bias_add, "relu": _relu,
     "relu_grad": _relu_grad, "transpose": _transpose, "reshape": _reshape, "tile": _tile,
-    "softmax": _softmax, "softmax_grad": _softmax_grad,
+    "softmax": _softmax, "softmax_grad": _softmax_grad, "pow": _pow,
+    "unsorted_segment_sum": _segment_sum,
 }
 _FLOATS = frozenset(("f32", "f64"))
 # Ops the fast path may run on any dtype (they move or pick elements, no arithmetic).
@@ -149,6 +165,8 @@ def _fast_ok(ins, types) -> bool:
     op = ins.op
     if op not in _FAST or len(ins.outs) != 1:
         return False
+    if op == "unsorted_segment_sum":
+        return _segment_ok(ins, types)
     want = types[ins.outs[0]].dtype
     if op in _ANY_DTYPE:
         return types[int(ins.args[0])].dtype == want
@@ -163,6 +181,13 @@ def _fast_ok(ins, types) -> bool:
     if op in ("sum", "mean") and ins.attrs.get("dtype") not in (None, want):
         return False
     return True
+
+
+def _segment_ok(ins, types) -> bool:
+    """unsorted_segment_sum of float32 rows by 1-d int32/int64 ids, where the builtin exists."""
+    x, ids = (int(a) for a in ins.args[:2])
+    return (types[x].dtype == "f32" and types[ids].dtype in ("i32", "i64") and len(types[ids].shape) == 1
+            and _builtins.available())
 
 
 def _compiled(ins, attrs, types):

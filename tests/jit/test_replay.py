@@ -1,0 +1,154 @@
+"""jit/replay.py, jit/gemm.py, jit/builtins.py, jit/kernels.py against the reference interpreter
+(no MindSpore needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ms_dynvm.bytecode.program import Instr, Program
+from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.bytecode.types import TensorType
+from ms_dynvm.jit import builtins, gemm, kernels
+from ms_dynvm.jit.replay import NotReplayable, RegionPlan
+from ms_dynvm.runtime.interpreter import interpret
+
+
+def T(dt, *shape):
+    return TensorType(dt, tuple(shape))
+
+
+def _mlp_program():
+    p = Program()
+    x = p.add_input(T("f32", 6, 10))
+    w = p.add_input(T("f32", 8, 10), "param", "w")
+    b = p.add_input(T("f32", 8), "param", "b")
+    ids = p.add_input(T("i32", 6))
+    blk = p.new_block()
+    (h,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", 6, 8)])
+    (h,) = p.emit(blk, "bias_add", (h, b), {"axis": 1}, [T("f32", 6, 8)])
+    (r,) = p.emit(blk, "relu", (h,), {}, [T("f32", 6, 8)])
+    (e,) = p.emit(blk, "erf", (h,), {}, [T("f32", 6, 8)])
+    (sq,) = p.emit(blk, "pow", (e, 2.0), {}, [T("f32", 6, 8)])
+    (sm,) = p.emit(blk, "softmax", (sq,), {"axis": -1}, [T("f32", 6, 8)])
+    (seg,) = p.emit(blk, "unsorted_segment_sum", (sm, ids), {"num_segments": 4}, [T("f32", 4, 8)])
+    (g,) = p.emit(blk, "matmul", (r, x), {"transpose_a": True, "transpose_b": False}, [T("f32", 8, 10)])
+    (s,) = p.emit(blk, "sum", (g,), {"axis": (1,), "keepdims": False, "dtype": None}, [T("f32", 8)])
+    (dead,) = p.emit(blk, "exp", (s,), {}, [T("f32", 8)])
+    p.outputs = [int(seg), int(g), int(s)]
+    return p, [int(x), int(w), int(b), int(ids)]
+
+
+def _inputs(rng):
+    return [rng.standard_normal((6, 10)).astype(np.float32), rng.standard_normal((8, 10)).astype(np.float32),
+            rng.standard_normal(8).astype(np.float32), rng.integers(-1, 5, 6).astype(np.int32)]
+
+
+def test_plan_matches_the_interpreter_and_drops_dead_code():
+    p, ins = _mlp_program()
+    plan = RegionPlan.build(p, ins, p.outputs, optimize=False)
+    assert "exp" not in plan.describe()  # dead: no output needs it
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        arrays = _inputs(rng)
+        got = plan.run(arrays)
+        want = interpret(p, arrays)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+def test_plan_through_the_pass_pipeline_matches_too():
+    p, ins = _mlp_program()
+    plan = RegionPlan.build(p, ins, p.outputs)
+    arrays = _inputs(np.random.default_rng(1))
+    for g, w in zip(plan.run(arrays), interpret(p, arrays)):
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+
+
+def test_outputs_are_fresh_arrays_never_inputs():
+    p = Program()
+    x = p.add_input(T("f32", 3, 4))
+    blk = p.new_block()
+    (v,) = p.emit(blk, "reshape", (x,), {"shape": (4, 3)}, [T("f32", 4, 3)])
+    p.outputs = [int(x), int(v)]
+    plan = RegionPlan.build(p, [int(x)], p.outputs, optimize=False)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    o1, o2 = plan.run([a])
+    assert not np.shares_memory(o1, a) and not np.shares_memory(o2, a)
+    np.testing.assert_array_equal(o2, a.reshape(4, 3))
+
+
+def test_extra_groups_are_spliced_after_what_they_read():
+    p = Program()
+    x = p.add_input(T("f32", 5, 3))
+    blk = p.new_block()
+    (y,) = p.emit(blk, "mul", (x, 2.0), {}, [T("f32", 5, 3)])
+    (z,) = p.emit(blk, "add", (y, 1.0), {}, [T("f32", 5, 3)])
+    t1, t2 = 100, 101
+    p.types[t1] = T("f32", 5, 3)
+    p.types[t2] = T("f32", 3)
+    group = [Instr("mul", (Reg(y), Reg(y)), {}, (t1,)),
+             Instr("sum", (Reg(t1),), {"axis": (0,), "keepdims": False, "dtype": None}, (t2,))]
+    plan = RegionPlan.build(p, [int(x)], [int(z), t2], [group], optimize=False)
+    a = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
+    z_, s_ = plan.run([a])
+    np.testing.assert_allclose(s_, ((2 * a) ** 2).sum(0), rtol=1e-6)
+
+
+def test_unplannable_programs_say_why():
+    p = Program()
+    x = p.add_input(T("f32", 4))
+    blk = p.new_block()
+    (y, m) = p.emit(blk, "dropout", (x,), {"p": 0.5}, [T("f32", 4), T("f32", 4)])
+    p.outputs = [int(y)]
+    with pytest.raises(NotReplayable, match="random"):
+        RegionPlan.build(p, [int(x)], p.outputs)
+    q = Program()
+    x = q.add_input(T("f32", 4))
+    blk = q.new_block()
+    (y,) = q.emit(blk, "exp", (Reg(99),), {}, [T("f32", 4)])
+    q.types[99] = T("f32", 4)
+    with pytest.raises(NotReplayable, match="no input or op supplies"):
+        RegionPlan.build(q, [int(x)], [int(y)], optimize=False)
+
+
+@pytest.mark.parametrize("sa,sb,ta,tb", [((7, 5), (5, 3), False, False), ((7, 5), (3, 5), False, True),
+                                         ((5, 7), (5, 3), True, False), ((1, 5), (3, 5), False, True),
+                                         ((2, 4, 5), (3, 5), False, True), ((2, 4, 5), (2, 5, 3), False, False),
+                                         ((2, 5, 4), (2, 5, 3), True, False), ((0, 5), (5, 3), False, False),
+                                         ((4, 0), (0, 3), False, False)])
+def test_gemm_matches_numpy(sa, sb, ta, tb):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    want = np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+    got = gemm.matmul(a, b, ta, tb)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # transposed views (F-contiguous) and strided views go through as well
+    at = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+    np.testing.assert_allclose(gemm.matmul(at, b, ta, tb), want, rtol=1e-5, atol=1e-5)
+
+
+def test_segment_sum_builtin_equals_the_interpreter():
+    from ms_dynvm.runtime.interpreter import IMPLS
+
+    if not builtins.available():
+        pytest.skip("no C compiler: the builtin is not built (the interpreter's implementation is used)")
+    rng = np.random.default_rng(4)
+    for idt in (np.int32, np.int64):
+        x = rng.standard_normal((300, 7)).astype(np.float32)
+        ids = rng.integers(-3, 40, 300).astype(idt)
+        np.testing.assert_array_equal(builtins.segment_sum(x, ids, 37),
+                                      IMPLS["unsorted_segment_sum"]([x, ids], {"num_segments": 37}))
+
+
+def test_flat_erf_kernel_is_the_c_librarys():
+    from ms_dynvm.runtime.interpreter import IMPLS
+
+    k = kernels.flat_kernel("erf", {}, ("f32",), "f32")
+    if k is None:
+        pytest.skip("no C compiler: erf stays with the interpreter")
+    x = np.linspace(-9, 9, 30000, dtype=np.float32).reshape(3, -1)
+    np.testing.assert_array_equal(k([x]), IMPLS["erf"]([x], {}))
