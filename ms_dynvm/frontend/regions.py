@@ -34,9 +34,9 @@ another program, or outputs beyond rtol 1e-4, retires the signature (`region_ret
 eagerly from then on. A recorded call costs about two eager calls: the schedule keeps that under 1%
 of a long run's replays.
 
-Per batch size: the eager wall time of the recorded calls (an overestimate of plain eager) is kept
-per signature; after `_TIME_SAMPLES` replays whose median is not below it, the signature runs
-eagerly ("slower than eager").
+Per batch size (with the `step_switch` option, on by default): the eager wall time of the recorded
+calls (an overestimate of plain eager) is kept per signature; after `_TIME_SAMPLES` replays whose
+median is not below it, the signature runs eagerly ("slower than eager").
 
 Not handled yet (they run eagerly, counted): `ops.GradOperation` objects, functions given keyword
 arguments, regions called inside another region or inside `ms_dynvm.record()`, ops the VM cannot
@@ -482,7 +482,7 @@ class Regions:
         METRICS.regions_replayed += 1
         METRICS.region_replay_seconds += dt
         METRICS.region_host_seconds += dt - (t2 - t1)
-        if len(entry.replay_s) < _TIME_SAMPLES:
+        if len(entry.replay_s) < _TIME_SAMPLES and _dispatch_state().options.step_switch:
             entry.replay_s.append(dt)
             if len(entry.replay_s) == _TIME_SAMPLES and statistics.median(entry.replay_s) >= entry.eager_s:
                 entry.state = "eager"
