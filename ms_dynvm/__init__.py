@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from ms_dynvm.bytecode.program import Program, load_program
 from ms_dynvm.metrics import reset_stats, stats
-
-__version__ = "0.1.0"
+from ms_dynvm.version import __version__
 
 
 def enable(**options) -> None:
