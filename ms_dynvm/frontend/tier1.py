@@ -5,12 +5,13 @@ all fusible (elementwise, views folded into indexing, reductions, softmax/layer 
 eagerly, the recorder's instructions for the current run are collected together with, for every tensor
 argument, where it came from:
 
-- ("out", j, k): result k of step j of the run;
-- ("ext", e): external input e, bound at the run's first op from its provenance: an argument of the
-  first op (("arg", p)), or an argument/result of one of the last `HISTORY` dispatched ops
-  (("hist", d, kind, i)), checked at bind time against the op name recorded at that position;
+- `OutSrc` ("out", j, k): result k of step j of the run;
+- `ExtSrc` ("ext", e): external input e, bound at the run's first op from its provenance: an
+  argument of the first op (`ArgProv` ("arg", p)), or an argument/result of one of the last
+  `HISTORY` dispatched ops (`HistProv` ("hist", d, side, i, op)), checked at bind time against the op
+  name recorded at that position;
 - or, for a 0-d tensor that cannot be bound that way (MindSpore turns the Python scalar of `x - 1.0`
-  into a fresh 0-d tensor at every call), ("const", bytes, dtype): its value, read when the run was
+  into a fresh 0-d tensor at every call), `ConstProv` ("const", bytes, dtype): its value, read when the run was
   recorded, is what the kernel uses, and when the op arrives the actual 0-d argument must hold exactly
   those bytes (a guard) or the run is abandoned.
 
@@ -176,6 +177,45 @@ def _has_tensor_sequence(args) -> bool:
 
 _ATOMS = (int, float, bool, str, type(None))
 _CONSTS = ("const", "sized")  # provenances of external inputs that are constants (0-d arrays)
+
+
+# Where a step's tensor argument comes from (`Step.srcs`), and where an external input is bound
+# from (its provenance, `RunTemplate.ext`). Tuples whose first field names the kind, so that they
+# compare, hash and key runs as plain tuples do; the names are for reading them.
+class OutSrc(NamedTuple):
+    kind: str  # "out"
+    step: int  # result `k` of step `step` of the run
+    k: int
+
+
+class ExtSrc(NamedTuple):
+    kind: str  # "ext"
+    e: int  # external input e
+
+
+class ArgProv(NamedTuple):
+    kind: str  # "arg"
+    pos: int  # argument `pos` of the run's first op
+
+
+class HistProv(NamedTuple):
+    kind: str  # "hist"
+    d: int  # the d-th newest op before the run's first op
+    side: str  # "arg" | "out"
+    i: int  # its argument / result i
+    op: object  # its op name (checked at bind time)
+
+
+class ConstProv(NamedTuple):
+    kind: str  # "const": a 0-d tensor's value, guarded when the op arrives
+    data: bytes
+    dtype: str
+
+
+class SizedProv(NamedTuple):
+    kind: str  # "sized": a 0-d tensor holding sized scalar `scalar` (see Tier1._lift)
+    scalar: int
+    dtype: str
 SIZED = "<sized scalar>"  # in a step key: a float argument that is a function of the sizes (see _lift)
 
 
@@ -226,7 +266,7 @@ def _strict_eq(a, f) -> bool:
 @dataclass(slots=True)
 class Step:
     key: tuple
-    srcs: tuple  # per tensor argument: ("out", j, k) | ("ext", e)
+    srcs: tuple  # per tensor argument: OutSrc | ExtSrc
     n_out: int
     view: bool = False  # the op is a view (VIEW_OPS): served by running it (see RunTemplate.view_steps)
 
@@ -410,26 +450,26 @@ class RunTemplate(GroupKernels):
     def __post_init__(self) -> None:
         # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
         # the steps' ("ext", e) sources renumbered, so that kernel parameter e is bound input e.
-        order = ([e for e, p in enumerate(self.ext) if p[0] not in _CONSTS]
-                 + [e for e, p in enumerate(self.ext) if p[0] in _CONSTS])
+        order = ([e for e, p in enumerate(self.ext) if p.kind not in _CONSTS]
+                 + [e for e, p in enumerate(self.ext) if p.kind in _CONSTS])
         if order != list(range(len(self.ext))):
             new_index = {old: new for new, old in enumerate(order)}
             self.ext = [self.ext[e] for e in order]
-            self.steps = [Step(s.key, tuple(("ext", new_index[src[1]]) if src[0] == "ext" else src
+            self.steps = [Step(s.key, tuple(ExtSrc("ext", new_index[src.e]) if src.kind == "ext" else src
                                             for src in s.srcs), s.n_out, s.view) for s in self.steps]
             self.ext_order = order
         else:
             self.ext_order = None
-        self.n_tensor_ext = sum(1 for p in self.ext if p[0] not in _CONSTS)
+        self.n_tensor_ext = sum(1 for p in self.ext if p.kind not in _CONSTS)
         self.ext_tensors = self.ext[:self.n_tensor_ext]
         # ("sized", k, dtype): a constant whose value is sized scalar k (see Tier1._lift), written
         # at each launch.
-        self.const_arrays = [np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).copy()
-                             if p[0] == "const" else np.zeros((), dtypes.to_numpy(p[2]))
+        self.const_arrays = [np.frombuffer(p.data, dtype=dtypes.to_numpy(p.dtype)).reshape(()).copy()
+                             if p.kind == "const" else np.zeros((), dtypes.to_numpy(p.dtype))
                              for p in self.ext[self.n_tensor_ext:]]
-        self.first_alias = [(i, self.ext[src[1]][1]) for i, src in enumerate(self.steps[0].srcs)
-                            if src[0] == "ext" and self.ext[src[1]][0] == "arg"
-                            and self.ext[src[1]][1] != i]
+        self.first_alias = [(i, self.ext[src.e].pos) for i, src in enumerate(self.steps[0].srcs)
+                            if src.kind == "ext" and self.ext[src.e].kind == "arg"
+                            and self.ext[src.e].pos != i]
         # Serving plan per step: how to match the arriving op's arguments, and the token (an int
         # offset from the launch's base token, see `_launch`) or constant each tensor argument must
         # carry. Tokens: external input e -> e; result k of step j -> n_ext + (its index among all
@@ -443,15 +483,16 @@ class RunTemplate(GroupKernels):
         for st in self.steps:
             checks = []
             for src in st.srcs:
-                if src[0] == "out":
-                    checks.append(first_out[src[1]] + src[2])
-                elif self.ext[src[1]][0] == "const":
-                    prov = self.ext[src[1]]
-                    checks.append((prov[1], prov[2]))
-                elif self.ext[src[1]][0] == "sized":
-                    checks.append(self.ext[src[1]])
+                if src.kind == "out":
+                    checks.append(first_out[src.step] + src.k)
+                    continue
+                prov = self.ext[src.e]
+                if prov.kind == "const":
+                    checks.append((prov.data, prov.dtype))
+                elif prov.kind == "sized":
+                    checks.append(prov)
                 else:
-                    checks.append(src[1])
+                    checks.append(src.e)
             self.plans.append(_StepPlan(st, tuple(checks)))
         # Only external inputs that a later step checks need a token (step 0's arguments are
         # bound, not checked).
@@ -790,12 +831,12 @@ class Tier1:
         n_args = len(first_args)
         rtags = None
         for prov in t.ext_tensors:
-            if prov[0] == "arg":
-                if prov[1] >= n_args:
+            if prov.kind == "arg":
+                if prov.pos >= n_args:
                     return None, None
-                out.append(first_args[prov[1]])
+                out.append(first_args[prov.pos])
             else:
-                _, d, kind, i, okey = prov
+                _, d, kind, i, okey = prov  # (a HistProv)
                 if d > len(hist):
                     return None, None
                 h = hist[-d]
@@ -904,16 +945,16 @@ class Tier1:
         for tensor, tag in zip(tensors, arg_tags):
             if tag in run.out_tags:
                 j, k = run.out_tags[tag]
-                srcs.append(("out", j, k))
+                srcs.append(OutSrc("out", j, k))
                 continue
             if tag in run.ext_tags:
-                srcs.append(("ext", run.ext_tags.index(tag)))
+                srcs.append(ExtSrc("ext", run.ext_tags.index(tag)))
                 continue
             prov = self._provenance(run, tag, arg_tags if not run.steps else None, tensor)
             if (prov is None and tensor.shape == () and tag is not None and _vm_dtype(tensor) != "bf16"
                     and not (self.data_consts
                              and (tuple(s.key[0] for s in run.steps), key[0], len(srcs)) in self.data_consts)):
-                prov = ("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
+                prov = ConstProv("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
             if prov is None:
                 # Not bindable at the first op: split the run here and start again at this op.
                 self.end_run()
@@ -922,7 +963,7 @@ class Tier1:
             run.ext.append(prov)
             run.ext_tags.append(tag)
             run.ext_regs.append(tag[1] if tag is not None else None)
-            srcs.append(("ext", len(run.ext) - 1))
+            srcs.append(ExtSrc("ext", len(run.ext) - 1))
         j = len(run.steps)
         for k, tag in enumerate(out_tags):
             run.out_tags[tag] = (j, k)
@@ -938,9 +979,9 @@ class Tier1:
         if tag is None:
             return None
         if first_args is not None:  # this is the first op: its own arguments
-            return ("arg", first_args.index(tag))
+            return ArgProv("arg", first_args.index(tag))
         if tag in run.first_arg_tags:
-            return ("arg", run.first_arg_tags.index(tag))
+            return ArgProv("arg", run.first_arg_tags.index(tag))
         hist = run.hist
         if hist is None:
             # Taken now, at step 1 or later: the newest entries are the run's own steps (each op
@@ -964,15 +1005,15 @@ class Tier1:
                     if tok is not None:
                         for i, x in enumerate(o):
                             if x._get_user_data(_T1KEY) == tok:
-                                return ("hist", d, "out", i, k)
+                                return HistProv("hist", d, "out", i, k)
                 hist[d - 1] = (k, a, o, arg_tags, out_tags)
             # Only the op's name is kept, not its arguments: those may hold dynamic sizes (a reshape
             # target), which would make a new run key per size. Binding a wrong tensor is harmless:
             # the identity check when the step arrives abandons the run.
             if tag in out_tags:
-                return ("hist", d, "out", out_tags.index(tag), k)
+                return HistProv("hist", d, "out", out_tags.index(tag), k)
             if tag in arg_tags:
-                return ("hist", d, "arg", arg_tags.index(tag), k)
+                return HistProv("hist", d, "arg", arg_tags.index(tag), k)
         return None
 
     def block_closed(self, reason: str) -> None:
@@ -1011,7 +1052,7 @@ class Tier1:
             # kernel inputs computed from the sizes where they can be (`_lift`); other variants
             # get a group each, up to MAX_VARIANTS.
             vkey = (tuple(s.key[0] for s in run.steps), tuple(s.srcs for s in run.steps),
-                    tuple(p[:1] if p[0] == "const" else p for p in run.ext))
+                    tuple(p[:1] if p.kind == "const" else p for p in run.ext))
             types = self.recorder.program.types
             # The same op sequence over inputs of other ranks or dtypes (another model) is
             # another family of sized scalars.
@@ -1112,11 +1153,11 @@ class Tier1:
                 if type(a) is float:
                     imms[(ii, ai)] = a
                     dts[ii] = types[ins.outs[0]].dtype if ins.outs else None
-        order = [e for e, p in enumerate(run.ext) if p[0] not in _CONSTS]
+        order = [e for e, p in enumerate(run.ext) if p.kind not in _CONSTS]
         shapes = [tuple(types[run.ext_regs[e]].shape) if run.ext_regs[e] is not None else None
                   for e in order]
-        consts = [(p[2], np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).item())
-                  for p in run.ext if p[0] == "const"]
+        consts = [(p.dtype, np.frombuffer(p.data, dtype=dtypes.to_numpy(p.dtype)).reshape(()).item())
+                  for p in run.ext if p.kind == "const"]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout)
                  for r in run.ext_regs if r is not None]
         return Profile(tuple(i.op for i in body), imms, dts, tuple(s.key for s in run.steps),
@@ -1180,9 +1221,9 @@ class Tier1:
         steps = [Step(k, st.srcs, st.n_out) for k, st in zip(marked(keys2), run.steps)]
         # Sized constants: their provenance says which sized scalar they hold (after the immediates).
         ext = list(run.ext)
-        const_pos = [e for e, p in enumerate(ext) if p[0] == "const"]
+        const_pos = [e for e, p in enumerate(ext) if p.kind == "const"]
         for k, (c, dt, _, _, _) in enumerate(sized_consts):
-            ext[const_pos[c]] = ("sized", len(lifted) + k, dt)
+            ext[const_pos[c]] = SizedProv("sized", len(lifted) + k, dt)
         t = RunTemplate(("sized",) + marked(keys2), steps, ext)
         sized = [SizedScalar(e, axes, kind, np.zeros((), dtypes.to_numpy(dt)), False)
                  for _, _, _, _, dt, e, axes, kind in lifted]
@@ -1217,14 +1258,14 @@ class Tier1:
         not a Python scalar. Guarding their values would make a new group per value; from now on
         such an argument is not taken as a constant, so the run splits there and the later part
         binds it as an argument."""
-        const_e = [e for e, p in enumerate(run.ext) if p[0] == "const"]
+        const_e = [e for e, p in enumerate(run.ext) if p.kind == "const"]
         if len(const_e) != len(last.consts) or len(const_e) != len(prof.consts):
             return
         names = [st.key[0] for st in run.steps]
         for c, ((_, v1), (_, v2)) in enumerate(zip(last.consts, prof.consts)):
             if v1 == v2 or (v1 != v1 and v2 != v2):
                 continue
-            src = ("ext", const_e[c])
+            src = ExtSrc("ext", const_e[c])
             for j, st in enumerate(run.steps):
                 if src in st.srcs:
                     self.data_consts.add((tuple(names[:j]), names[j], st.srcs.index(src)))
@@ -1249,8 +1290,8 @@ class Tier1:
         n_imm = len(t.sized_operands)
         sized_at = {}
         for e, p in enumerate(t.ext[t.n_tensor_ext:]):
-            if p[0] == "sized":
-                sized_at[e] = p[1]
+            if p.kind == "sized":
+                sized_at[e] = p.scalar
         for c, ((dt, v), (tdt, tv)) in enumerate(zip(prof.consts, t.profile.consts)):
             k = sized_at.get(c)
             if dt != tdt or (k is None and v != tv and not (v != v and tv != tv)):
