@@ -1029,3 +1029,32 @@ def test_log_softmax_is_left_to_eager_under_eager_math():
                 else:
                     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     assert 0 < fused[True] < fused[False], fused
+
+
+def test_groups_go_through_the_pass_pipeline_and_stay_bit_equal(tmp_path, monkeypatch):
+    """Tier 1 sends each group through `passes.pipeline` before it compiles (`jit.compile`): two
+    equal ops of a run are computed once in the kernel (cse), every op still gets its result, and
+    the results are eager's bit for bit."""
+    _gcc_cache(tmp_path, monkeypatch)
+
+    def f(x):
+        a = x * 0.5
+        b = x * 0.5
+        return (a + b) * b, a
+
+    xs = [ms.Tensor(np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)) for n in (4, 6, 9) * 4]
+    want = [[o.asnumpy() for o in f(x)] for x in xs]
+    ms_dynvm.enable(compile_policy="threshold", step_switch=False)
+    try:
+        got = [[o.asnumpy() for o in f(x)] for x in xs]
+        entries = [e for t in dispatch._S.mode.tier1.templates.values() for e in t.kernels.values()]
+        st = ms_dynvm.stats()
+    finally:
+        ms_dynvm.disable()
+    assert st["fused_ops"] > 0 and entries, st
+    muls = [sum(ins.op == "mul" for ins in e.fn.body) for e in entries]
+    assert any(len(e.fn.outputs) == 4 and m == 2 for e, m in zip(entries, muls)), [
+        e.fn.as_text() for e in entries]
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
