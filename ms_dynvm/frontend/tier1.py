@@ -625,10 +625,6 @@ class Tier1:
     def exiting(self, value: bool) -> None:
         self.jit.exiting = value
 
-    @property
-    def cost(self):
-        return self.jit.cost
-
     def _installed(self, t: "RunTemplate") -> None:
         """A kernel of `t` is installed: its first op starts a served run from now on."""
         lst = self.starts.setdefault(t.steps[0].key[0], [])

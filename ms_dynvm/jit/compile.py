@@ -82,7 +82,7 @@ def symbol_marks(fn: Function, sig) -> dict:
             for axis, d in enumerate(dims) if isinstance(d, str)}
 
 
-def generalize(fn: Function, sig, family: ShapeFamily):
+def generalize(fn: Function, sig, family: ShapeFamily, tier: str = "tier1"):
     """(`fn` with the signature's symbols in its param dims and every result type re-inferred, sig).
     When the shape rules cannot express a result symbolically (e.g. a reshape whose target size is
     baked into its attributes), the dims stay static: the returned signature is then the call's
@@ -94,7 +94,7 @@ def generalize(fn: Function, sig, family: ShapeFamily):
     try:
         return _generalize(fn, symbol_marks(fn, sig)), sig
     except GeneralizeError:
-        METRICS.fallbacks["tier1: kept static (not generalisable)"] += 1
+        METRICS.fallbacks[f"{tier}: kept static (not generalisable)"] += 1
         family.frozen = True
         family.dynamic.clear()
         static = family.signature([InputDesc(fn.types[r].dtype, tuple(fn.types[r].shape),
@@ -102,7 +102,7 @@ def generalize(fn: Function, sig, family: ShapeFamily):
         return fn, static
 
 
-def optimize(fn: Function) -> Function:
+def optimize(fn: Function, tier: str = "tier1") -> Function:
     """`fn` through the pass pipeline (`passes.pipeline.PIPELINE`: dce, cse, simplify, fold, dce),
     once. Every pass keeps each value bit for bit and keeps the params and the outputs' positions
     (an output may become another register holding the same value), which is all the kernel's
@@ -112,7 +112,7 @@ def optimize(fn: Function) -> Function:
     try:
         return run_pipeline(fn, PIPELINE)
     except Exception as e:  # noqa: BLE001 - an optimisation is never needed for correctness
-        METRICS.fallbacks[f"tier1: pass pipeline error ({type(e).__name__})"] += 1
+        METRICS.fallbacks[f"{tier}: pass pipeline error ({type(e).__name__})"] += 1
         return fn
 
 
@@ -139,7 +139,7 @@ def compile_pool():
     if _POOL is None:
         import concurrent.futures
 
-        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dvm-tier1-compile")
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dvm-compile")
     return _POOL
 
 
@@ -148,10 +148,11 @@ class Compiler:
 
     `on_install(group)` is called after a kernel of `group` is installed; `generation` counts the
     kernels installed (the step switch ages its measurements with it); `exiting` (set at interpreter
-    exit) stops new compiles."""
+    exit) stops new compiles. `tier` prefixes the fallback table's keys ("tier1: unsupported (...)")."""
 
-    def __init__(self, opts, on_install: Callable) -> None:
+    def __init__(self, opts, on_install: Callable, tier: str = "tier1") -> None:
         self.opts = opts
+        self.tier = tier
         self.cost = CostModel(threshold=opts.compile_threshold)
         self.on_install = on_install
         self.generation = 0
@@ -175,7 +176,7 @@ class Compiler:
         if len(g.kernels) + len(g.building) >= MAX_KERNELS_PER_GROUP:
             # A group that cannot be generalised would compile once per shape: stop at a bound.
             st.failed = True
-            METRICS.fallbacks["tier1: too many shapes for a static group"] += 1
+            METRICS.fallbacks[f"{self.tier}: too many shapes for a static group"] += 1
             return
         opts = self.opts
         fn = None
@@ -208,7 +209,7 @@ class Compiler:
             # frozen, and counted, by the compile itself)
             marks = symbol_marks(fn, sig)
             gfn = _generalize(fn, marks) if marks else fn
-            key = codegen.kernel.kernel_key(optimize(gfn), **kernel_opts(self.opts))[0]
+            key = codegen.kernel.kernel_key(optimize(gfn, self.tier), **kernel_opts(self.opts))[0]
             return default_cache().has(key)
         except Exception:  # noqa: BLE001 - a guess for the cost model, never an error
             return False
@@ -224,15 +225,15 @@ class Compiler:
         why = refusal(fn, backend="c", eager_math=opts.eager_math)
         if why is not None:
             g.stats.failed = True
-            METRICS.fallbacks[f"tier1: unsupported ({why})"] += 1
+            METRICS.fallbacks[f"{self.tier}: unsupported ({why})"] += 1
             return
         key_sig = sig  # the observed signature (generalize may fall back to a static one)
-        fn, sig = generalize(fn, sig, g.family)
-        fn = optimize(fn)
+        fn, sig = generalize(fn, sig, g.family, self.tier)
+        fn = optimize(fn, self.tier)
         ok, why = codegen.supports(fn)
         if not ok:
             g.stats.failed = True
-            METRICS.fallbacks[f"tier1: unsupported ({why})"] += 1
+            METRICS.fallbacks[f"{self.tier}: unsupported ({why})"] += 1
             return
         from ms_dynvm.runtime.cache import default_cache
 
@@ -264,7 +265,7 @@ class Compiler:
 
     def _failed(self, g: GroupKernels, e: Exception) -> None:
         g.stats.failed = True
-        METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
+        METRICS.fallbacks[f"{self.tier}: compile error ({type(e).__name__})"] += 1
         if not self._warned:
             from ms_dynvm.codegen import gcc
             from ms_dynvm.warn import warn_once
