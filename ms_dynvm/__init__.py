@@ -11,8 +11,7 @@ from __future__ import annotations
 from ms_dynvm.bytecode.program import Program, load_program
 from ms_dynvm.metrics import reset_stats, stats
 from ms_dynvm import jit  # (a package that is also the `@ms_dynvm.jit` decorator: see its __init__)
-
-__version__ = "0.1.0"
+from ms_dynvm.version import __version__
 
 
 def enable(**options) -> None:

@@ -129,168 +129,349 @@ def _kept(expr: str, ct: str) -> str:
     return f"dvm_keep{'f' if ct == 'f32' else 'd'}({expr})"
 
 
+def _zero(ct: str) -> str:
+    return "0.0f" if ct == "f32" else "0.0" if ct == "f64" else f"(({_CT[ct]})0)"
+
+
+def _one(ct: str) -> str:
+    return "1.0f" if ct == "f32" else "1.0" if ct == "f64" else f"(({_CT[ct]})1)"
+
+
+# --- the scalar-op table: one entry per spec op -------------------------------------------------
+# `_ANY[fn](op, ct, a)`: C expression of spec op `fn` in compute type `ct` (any), `a` its argument
+# variables; `_FLOAT[fn]`: float compute types only (f32, f64); `_F32[fn]`: float32 only, functions
+# of the math library (cmath), their result rounded apart (`_kept`) as eager rounds each op's result.
+_ANY: dict = {}
+_FLOAT: dict = {}
+_F32: dict = {}
+
+
+def _entry(table: dict, *names: str):
+    def register(f):
+        for n in names:
+            table[n] = f
+        return f
+    return register
+
+
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "div_plain": "/", "bitwise_and": "&", "bitwise_or": "|",
+           "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+@_entry(_ANY, *_BINARY)
+def _binary(op: Op, ct: str, a) -> str:
+    if ct in _FLOAT_CT:
+        if op.fn == "mul":
+            return _kept(f"{a[0]} * {a[1]}", ct)
+        return f"({a[0]} {_BINARY[op.fn]} {a[1]})"
+    return f"({_CT[ct]})({a[0]} {_BINARY[op.fn]} {a[1]})"
+
+
+@_entry(_ANY, "sub_rounded")
+def _sub_rounded(op: Op, ct: str, a) -> str:
+    # a - b where a is rounded first, whatever computed it. GCC contracts a product that feeds a
+    # subtraction into one FMA (-ffp-contract=fast, its default outside strict_ieee): softmax's
+    # exp(x*s - max) would subtract the max from the UNROUNDED x*s, while the max pass took the
+    # max of the rounded products; at the row's maximum the difference is then the product's
+    # rounding error instead of 0, which overflows exp once |x*s| is above ~1e9 (inf / inf =
+    # NaN). `a + 0` (not folded: -0 + 0 = +0) is where a product contracts now, fma(x, s, 0),
+    # one rounding as in the max pass; the subtraction stays separate.
+    return f"(({a[0]} + {_zero(ct)}) - {a[1]})"
+
+
+@_entry(_ANY, "cast")
+def _cast(op: Op, ct: str, a) -> str:
+    return _c_cast(a[0], op.attr("src"), op.attr("dst"))
+
+
+@_entry(_ANY, "round_to")
+def _round_to(op: Op, ct: str, a) -> str:
+    return f"(float)(_Float16)({a[0]})" if op.attr("dst") == "f16" else f"dvm_bf16({a[0]})"
+
+
+@_entry(_ANY, "size")
+def _size(op: Op, ct: str, a) -> str:
+    return c_ix(op.attr("ix"))
+
+
+@_entry(_ANY, "select")
+def _select(op: Op, ct: str, a) -> str:
+    return f"({a[0]} ? {a[1]} : {a[2]})"
+
+
+_LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
+
+
+@_entry(_ANY, *_LOGICAL)
+def _logical(op: Op, ct: str, a) -> str:
+    return f"(uint8_t)(({a[0]} != 0) {_LOGICAL[op.fn]} ({a[1]} != 0))"
+
+
+@_entry(_ANY, "logical_not")
+def _logical_not(op: Op, ct: str, a) -> str:
+    return f"(uint8_t)({a[0]} == 0)"
+
+
+@_entry(_ANY, "isnan")
+def _isnan(op: Op, ct: str, a) -> str:
+    return f"(uint8_t)({a[0]} != {a[0]})"
+
+
+@_entry(_ANY, "isinf", "isfinite")
+def _isinf(op: Op, ct: str, a) -> str:
+    cmp = "==" if op.fn == "isinf" else "<"
+    return f"(uint8_t)({_fsuffix(ct, 'fabs')}({a[0]}) {cmp} INFINITY)"
+
+
+# maximum/minimum: MindSpore's rule, NaN included: maximum(nan, 0) = 0, maximum(0, nan) = nan
+@_entry(_ANY, "clamp_lo", "maximum")
+def _max(op: Op, ct: str, a) -> str:
+    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+
+
+@_entry(_ANY, "clamp_hi", "minimum")
+def _min(op: Op, ct: str, a) -> str:
+    return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+
+
+@_entry(_ANY, "neg")
+def _neg(op: Op, ct: str, a) -> str:
+    return f"({_CT[ct]})(-{a[0]})"
+
+
+@_entry(_ANY, "abs")
+def _abs(op: Op, ct: str, a) -> str:
+    x = a[0]
+    return f"{_fsuffix(ct, 'fabs')}({x})" if ct in _FLOAT_CT else f"({_CT[ct]})({x} < 0 ? -{x} : {x})"
+
+
+@_entry(_ANY, "square")
+def _square(op: Op, ct: str, a) -> str:
+    x = a[0]
+    return _kept(f"{x} * {x}", ct) if ct in _FLOAT_CT else f"({_CT[ct]})({x} * {x})"
+
+
+@_entry(_ANY, "relu")
+def _relu(op: Op, ct: str, a) -> str:
+    return f"({a[0]} > {_zero(ct)} ? {a[0]} : {_zero(ct)})"
+
+
+@_entry(_ANY, "relu6")
+def _relu6(op: Op, ct: str, a) -> str:
+    x, zero, six = a[0], _zero(ct), c_literal(6, ct)
+    return f"({x} > {zero} ? ({x} < {six} ? {x} : {six}) : {zero})"
+
+
+@_entry(_ANY, "sign")
+def _sign(op: Op, ct: str, a) -> str:
+    return f"({_CT[ct]})(({a[0]} > {_zero(ct)}) - ({a[0]} < {_zero(ct)}))"
+
+
+@_entry(_ANY, "relu_grad")  # (dy, y)
+def _relu_grad(op: Op, ct: str, a) -> str:
+    return f"({a[1]} > {_zero(ct)} ? {a[0]} : {_zero(ct)})"
+
+
+def _div(ct: str) -> str:
+    return "dvm_divf" if ct == "f32" else "dvm_divd"
+
+
+@_entry(_FLOAT, "div")
+def _fdiv(op: Op, ct: str, a) -> str:
+    return f"{_div(ct)}({a[0]}, {a[1]})"
+
+
+@_entry(_FLOAT, "floor_div")  # in double, as MindSpore's FloorDiv (see the interpreter)
+def _floor_div(op: Op, ct: str, a) -> str:
+    return f"({_CT[ct]})floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
+
+
+@_entry(_FLOAT, "trunc_div")
+def _trunc_div(op: Op, ct: str, a) -> str:
+    return f"{_fsuffix(ct, 'trunc')}({_div(ct)}({a[0]}, {a[1]}))"
+
+
+@_entry(_FLOAT, "mod")  # in double, as MindSpore's FloorMod, the product rounded apart (dvm_keepd)
+def _mod(op: Op, ct: str, a) -> str:
+    q = f"floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
+    return f"({_CT[ct]})((double)({a[0]}) - {_kept(f'{q} * (double)({a[1]})', 'f64')})"
+
+
+@_entry(_FLOAT, "fmod")  # the exact C fmod, as MindSpore's TruncateMod (see the interpreter)
+def _fmod(op: Op, ct: str, a) -> str:
+    return f"{_fsuffix(ct, 'fmod')}({a[0]}, {a[1]})"
+
+
+# pow, atan2 in float32: in double, rounded once, as the interpreter (powf was 1 ulp off eager's
+# x ** 2 with a tensor exponent 2; see cmath)
+@_entry(_FLOAT, "pow", "atan2")
+def _pow_atan2(op: Op, ct: str, a) -> str:
+    if ct == "f32":
+        return f"dvm_{op.fn}f_d({a[0]}, {a[1]})"
+    return f"{_fsuffix(ct, op.fn)}({a[0]}, {a[1]})"
+
+
+@_entry(_FLOAT, "lerp")  # (the product rounded apart, as eager's Lerp: GCC would contract it into the add)
+def _lerp(op: Op, ct: str, a) -> str:
+    return f"({a[0]} + {_kept(f'{a[2]} * ({a[1]} - {a[0]})', ct)})"
+
+
+@_entry(_FLOAT, "addcmul")
+def _addcmul(op: Op, ct: str, a) -> str:
+    return f"({a[0]} + {a[3]} * ({a[1]} * {a[2]}))"
+
+
+@_entry(_FLOAT, "softmax_fix")  # (r, x, max): MindSpore CPU's float32 last-axis softmax (see the interpreter)
+def _softmax_fix(op: Op, ct: str, a) -> str:
+    r, xv, m = a
+    return (f"({m} < INFINITY ? ({m} == -INFINITY ? 0.0f : {r}) "
+            f": ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : 0.0f))")
+
+
+@_entry(_FLOAT, "log_softmax_fix")  # (r, x, max), f32: MindSpore CPU's log_softmax on rows with NaN or +inf
+def _log_softmax_fix(op: Op, ct: str, a) -> str:
+    r, xv, m = a
+    return f"({m} < INFINITY ? {r} : ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : -INFINITY))"
+
+
+@_entry(_FLOAT, "fma")
+def _fma(op: Op, ct: str, a) -> str:
+    return f"({a[0]} * {a[1]} + {a[2]})"
+
+
+@_entry(_FLOAT, "sin", "cos", "tan")  # float32: in double, rounded once (see cmath)
+def _trig(op: Op, ct: str, a) -> str:
+    return f"dvm_{op.fn}f_d({a[0]})" if ct == "f32" else f"{op.fn}({a[0]})"
+
+
+@_entry(_FLOAT, "sqrt", "floor", "ceil", "trunc")
+def _libm(op: Op, ct: str, a) -> str:
+    return f"{_fsuffix(ct, op.fn)}({a[0]})"
+
+
+@_entry(_FLOAT, "round")
+def _round(op: Op, ct: str, a) -> str:
+    return f"{_fsuffix(ct, 'rint')}({a[0]})"
+
+
+@_entry(_FLOAT, "rsqrt")
+def _rsqrt(op: Op, ct: str, a) -> str:
+    return f"({_one(ct)} / {_fsuffix(ct, 'sqrt')}({a[0]}))"
+
+
+@_entry(_FLOAT, "reciprocal")
+def _reciprocal(op: Op, ct: str, a) -> str:
+    return f"({_one(ct)} / {a[0]})"
+
+
+@_entry(_FLOAT, "hardswish")
+def _hardswish(op: Op, ct: str, a) -> str:
+    x = a[0]
+    return f"({x} <= -3 ? {_zero(ct)} : ({x} >= 3 ? {x} : {x} * ({x} + 3) / 6))"
+
+
+@_entry(_FLOAT, "hardsigmoid")
+def _hardsigmoid(op: Op, ct: str, a) -> str:
+    x = a[0]
+    return f"({x} <= -3 ? {_zero(ct)} : ({x} >= 3 ? {_one(ct)} : ({x} + 3) / 6))"
+
+
+@_entry(_FLOAT, "leaky_relu")
+def _leaky_relu(op: Op, ct: str, a) -> str:
+    x = a[0]
+    return f"({x} > {_zero(ct)} ? {x} : {c_literal(op.attr('alpha'), ct)} * {x})"
+
+
+@_entry(_FLOAT, "log_scalar")
+def _log_scalar(op: Op, ct: str, a) -> str:
+    return f"log({a[0]})"
+
+
+@_entry(_FLOAT, "rsqrt_scalar")
+def _rsqrt_scalar(op: Op, ct: str, a) -> str:
+    return f"(1.0 / sqrt({a[0]}))"
+
+
+@_entry(_FLOAT, "sigmoid_grad")  # (y, dy)
+def _sigmoid_grad(op: Op, ct: str, a) -> str:
+    return f"({a[1]} * ({a[0]} * ({_one(ct)} - {a[0]})))"
+
+
+@_entry(_FLOAT, "tanh_grad")  # (y, dy)
+def _tanh_grad(op: Op, ct: str, a) -> str:
+    if ct == "f32":  # MindSpore's: dy * (1 - y*y), 1 - y*y rounded once (interpreter: _grad)
+        return f"({a[1]} * fmaf(-{a[0]}, {a[0]}, 1.0f))"
+    one = _one(ct)
+    return f"({a[1]} * (({one} - {a[0]}) * ({one} + {a[0]})))"
+
+
+@_entry(_FLOAT, "elu_grad")  # (dy, y)
+def _elu_grad(op: Op, ct: str, a) -> str:
+    return f"({a[1]} > {_zero(ct)} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
+
+
+@_entry(_F32, "elu")
+def _elu(op: Op, a) -> str:
+    return f"dvm_elu_op({a[0]}, {c_float(op.attr('alpha'), 'f32')})"
+
+
+# MindSpore's formulas or ours: the kernel's head says (eager_math); elu has its own entry
+@_entry(_F32, *(set(EAGER_MATH_OPS) - {"elu"}), "gelu_tanh")
+def _eager_math_op(op: Op, a) -> str:
+    return f"dvm_{op.fn}_op({a[0]})"
+
+
+@_entry(_F32, "log2", "erf", "gelu_erf")
+def _own_math(op: Op, a) -> str:
+    return f"dvm_{op.fn}({a[0]})"
+
+
+@_entry(_F32, "exp_libm")  # the C library's expf (MindSpore CPU's softmax along a non-last axis)
+def _exp_libm(op: Op, a) -> str:
+    return f"expf({a[0]})"
+
+
+@_entry(_F32, "erf_libm")  # the C library's erff (MindSpore CPU's float16 Erf; scalar)
+def _erf_libm(op: Op, a) -> str:
+    return f"erff({a[0]})"
+
+
+@_entry(_F32, "silu")
+def _silu(op: Op, a) -> str:
+    return f"{a[0]} * dvm_sigmoid_op({a[0]})"
+
+
+@_entry(_F32, "softplus")
+def _softplus(op: Op, a) -> str:
+    return f"dvm_softplus({a[0]}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
+
+
+_GRAD_FUNCS = {"gelu_grad_none": "gelu_grad_erf", "silu_grad": "silu_grad_op", "gelu_grad_tanh": "gelu_grad_tanh_op"}
+
+
+@_entry(_F32, *_GRAD_FUNCS)
+def _grad_func(op: Op, a) -> str:
+    return f"dvm_{_GRAD_FUNCS[op.fn]}({a[0]}, {a[1]})"
+
+
 def c_op(op: Op, ct: str) -> str:
-    """C expression of scalar op `op` computing in compute type `ct` (args are variable names)."""
-    a = op.args
+    """C expression of scalar op `op` computing in compute type `ct` (args are variable names): the
+    entry of `op.fn` in `_ANY`, `_FLOAT` (float compute types) or `_F32` (float32 functions)."""
     fn = op.fn
-    x = a[0] if a else None
-    flt = ct in _FLOAT_CT
-    T = _CT[ct]
-    binary = {"add": "+", "sub": "-", "mul": "*", "div_plain": "/", "bitwise_and": "&", "bitwise_or": "|",
-              "bitwise_xor": "^", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-    if fn == "mul" and flt:
-        return _kept(f"{a[0]} * {a[1]}", ct)
-    if fn in binary:
-        return f"({T})({a[0]} {binary[fn]} {a[1]})" if not flt else f"({a[0]} {binary[fn]} {a[1]})"
-    zero = "0.0f" if ct == "f32" else "0.0" if ct == "f64" else f"(({T})0)"
-    one = "1.0f" if ct == "f32" else "1.0" if ct == "f64" else f"(({T})1)"
-    if fn == "sub_rounded":
-        # a - b where a is rounded first, whatever computed it. GCC contracts a product that feeds a
-        # subtraction into one FMA (-ffp-contract=fast, its default outside strict_ieee): softmax's
-        # exp(x*s - max) would subtract the max from the UNROUNDED x*s, while the max pass took the
-        # max of the rounded products; at the row's maximum the difference is then the product's
-        # rounding error instead of 0, which overflows exp once |x*s| is above ~1e9 (inf / inf =
-        # NaN). `a + 0` (not folded: -0 + 0 = +0) is where a product contracts now, fma(x, s, 0),
-        # one rounding as in the max pass; the subtraction stays separate.
-        return f"(({a[0]} + {zero}) - {a[1]})"
-    if fn == "cast":
-        return _c_cast(x, op.attr("src"), op.attr("dst"))
-    if fn == "round_to":
-        return f"(float)(_Float16)({x})" if op.attr("dst") == "f16" else f"dvm_bf16({x})"
-    if fn == "size":
-        return c_ix(op.attr("ix"))
-    if fn == "select":
-        return f"({a[0]} ? {a[1]} : {a[2]})"
-    if fn == "logical_and":
-        return f"(uint8_t)(({a[0]} != 0) & ({a[1]} != 0))"
-    if fn == "logical_or":
-        return f"(uint8_t)(({a[0]} != 0) | ({a[1]} != 0))"
-    if fn == "logical_xor":
-        return f"(uint8_t)(({a[0]} != 0) ^ ({a[1]} != 0))"
-    if fn == "logical_not":
-        return f"(uint8_t)({x} == 0)"
-    if fn == "isnan":
-        return f"(uint8_t)({x} != {x})"
-    if fn == "isinf":
-        return f"(uint8_t)({_fsuffix(ct, 'fabs')}({x}) == INFINITY)"
-    if fn == "isfinite":
-        return f"(uint8_t)({_fsuffix(ct, 'fabs')}({x}) < INFINITY)"
-    if fn == "clamp_lo":
-        return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
-    if fn == "clamp_hi":
-        return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
-    if fn == "maximum":  # MindSpore's rule, NaN included: maximum(nan, 0) = 0, maximum(0, nan) = nan
-        return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
-    if fn == "minimum":
-        return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
-    if fn == "neg":
-        return f"({T})(-{x})"
-    if fn == "abs":
-        return f"{_fsuffix(ct, 'fabs')}({x})" if flt else f"({T})({x} < 0 ? -{x} : {x})"
-    if fn == "square":
-        return _kept(f"{x} * {x}", ct) if flt else f"({T})({x} * {x})"
-    if fn == "relu":
-        return f"({x} > {zero} ? {x} : {zero})"
-    if fn == "relu6":
-        six = c_literal(6, ct)
-        return f"({x} > {zero} ? ({x} < {six} ? {x} : {six}) : {zero})"
-    if fn == "sign":
-        return f"({T})(({x} > {zero}) - ({x} < {zero}))"
-    if fn == "relu_grad":  # (dy, y)
-        return f"({a[1]} > {zero} ? {a[0]} : {zero})"
-    if not flt:
+    render = _ANY.get(fn)
+    if render is not None:
+        return render(op, ct, op.args)
+    if ct not in _FLOAT_CT:
         raise ValueError(f"op {fn} on {ct}")
-    # --- float only ---
-    div = "dvm_divf" if ct == "f32" else "dvm_divd"
-    trunc = _fsuffix(ct, "trunc")
-    if fn == "div":
-        return f"{div}({a[0]}, {a[1]})"
-    if fn == "floor_div":  # in double, as MindSpore's FloorDiv (see the interpreter)
-        return f"({T})floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
-    if fn == "trunc_div":
-        return f"{trunc}({div}({a[0]}, {a[1]}))"
-    if fn == "mod":  # in double, as MindSpore's FloorMod, the product rounded apart (dvm_keepd)
-        q = f"floor(dvm_divd((double)({a[0]}), (double)({a[1]})))"
-        return f"({T})((double)({a[0]}) - {_kept(f'{q} * (double)({a[1]})', 'f64')})"
-    if fn == "fmod":  # the exact C fmod, as MindSpore's TruncateMod (see the interpreter)
-        return f"{_fsuffix(ct, 'fmod')}({a[0]}, {a[1]})"
-    if fn == "pow":
-        if ct == "f32":  # in double, rounded once, as the interpreter (powf was 1 ulp off eager's x ** 2
-            return f"dvm_powf_d({a[0]}, {a[1]})"  # with a tensor exponent 2; see cmath)
-        return f"{_fsuffix(ct, 'pow')}({a[0]}, {a[1]})"
-    if fn == "atan2":
-        if ct == "f32":
-            return f"dvm_atan2f_d({a[0]}, {a[1]})"
-        return f"{_fsuffix(ct, 'atan2')}({a[0]}, {a[1]})"
-    if fn == "lerp":  # (the product rounded apart, as eager's Lerp: GCC would contract it into the add)
-        return f"({a[0]} + {_kept(f'{a[2]} * ({a[1]} - {a[0]})', ct)})"
-    if fn == "addcmul":
-        return f"({a[0]} + {a[3]} * ({a[1]} * {a[2]}))"
-    if fn == "softmax_fix":  # (r, x, max): MindSpore CPU's float32 last-axis softmax (see the interpreter)
-        r, xv, m = a
-        return (f"({m} < INFINITY ? ({m} == -INFINITY ? 0.0f : {r}) "
-                f": ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : 0.0f))")
-    if fn == "log_softmax_fix":  # (r, x, max), f32: MindSpore CPU's log_softmax on rows with NaN or +inf
-        r, xv, m = a
-        return f"({m} < INFINITY ? {r} : ((({xv} != {xv}) | ({xv} == INFINITY)) ? NAN : -INFINITY))"
-    if fn == "fma":
-        return f"({a[0]} * {a[1]} + {a[2]})"
-    if fn in ("sin", "cos", "tan") and ct == "f32":  # in double, rounded once (see cmath)
-        return f"dvm_{fn}f_d({x})"
-    if fn in ("sqrt", "floor", "ceil", "trunc", "sin", "cos", "tan"):
-        return f"{_fsuffix(ct, fn)}({x})"
-    if fn == "round":
-        return f"{_fsuffix(ct, 'rint')}({x})"
-    if fn == "rsqrt":
-        return f"({one} / {_fsuffix(ct, 'sqrt')}({x}))"
-    if fn == "reciprocal":
-        return f"({one} / {x})"
-    if fn == "hardswish":
-        return f"({x} <= -3 ? {zero} : ({x} >= 3 ? {x} : {x} * ({x} + 3) / 6))"
-    if fn == "hardsigmoid":
-        return f"({x} <= -3 ? {zero} : ({x} >= 3 ? {one} : ({x} + 3) / 6))"
-    if fn == "leaky_relu":
-        return f"({x} > {zero} ? {x} : {c_literal(op.attr('alpha'), ct)} * {x})"
-    if fn == "log_scalar":
-        return f"log({x})"
-    if fn == "rsqrt_scalar":
-        return f"(1.0 / sqrt({x}))"
-    if fn == "sigmoid_grad":  # (y, dy)
-        return f"({a[1]} * ({a[0]} * ({one} - {a[0]})))"
-    if fn == "tanh_grad":  # (y, dy)
-        if ct == "f32":  # MindSpore's: dy * (1 - y*y), 1 - y*y rounded once (interpreter: _grad)
-            return f"({a[1]} * fmaf(-{a[0]}, {a[0]}, 1.0f))"
-        return f"({a[1]} * (({one} - {a[0]}) * ({one} + {a[0]})))"
-    if fn == "elu_grad":  # (dy, y)
-        return f"({a[1]} > {zero} ? {a[0]} : {a[0]} * ({a[1]} + {c_literal(op.attr('alpha'), ct)}))"
+    render = _FLOAT.get(fn)
+    if render is not None:
+        return render(op, ct, op.args)
     if ct != "f32":
         raise ValueError(f"op {fn} on {ct}")
-    return _kept(_c_function(fn, op, a, x), ct)  # (as eager rounds each op's result)
-
-
-def _c_function(fn: str, op: Op, a, x) -> str:
-    """C expression of a float32 function op (cmath)."""
-    if fn == "elu":
-        return f"dvm_elu_op({x}, {c_float(op.attr('alpha'), 'f32')})"
-    if fn in EAGER_MATH_OPS:  # MindSpore's formulas or ours: the kernel's head says (eager_math)
-        return f"dvm_{fn}_op({x})"
-    if fn == "gelu_tanh":
-        return f"dvm_gelu_tanh_op({x})"
-    if fn in ("log", "log2", "erf", "erfc", "gelu_erf"):
-        return f"dvm_{fn}({x})"
-    if fn == "exp_libm":  # the C library's expf (MindSpore CPU's softmax along a non-last axis)
-        return f"expf({x})"
-    if fn == "erf_libm":  # the C library's erff (MindSpore CPU's float16 Erf; scalar)
-        return f"erff({x})"
-    if fn == "silu":
-        return f"{x} * dvm_sigmoid_op({x})"
-    if fn == "softplus":
-        return f"dvm_softplus({x}, {c_float(op.attr('beta'), 'f32')}, {c_float(op.attr('threshold'), 'f32')})"
-    if fn in ("silu_grad", "gelu_grad_none", "gelu_grad_tanh"):
-        name = {"gelu_grad_none": "gelu_grad_erf", "silu_grad": "silu_grad_op",
-                "gelu_grad_tanh": "gelu_grad_tanh_op"}[fn]
-        return f"dvm_{name}({a[0]}, {a[1]})"
-    raise ValueError(f"no C rendering for op {fn}")
+    render = _F32.get(fn)
+    if render is None:
+        raise ValueError(f"no C rendering for op {fn}")
+    return _kept(render(op, op.args), ct)  # (as eager rounds each op's result)
 
 
 def _c_cast(x: str, src: str, dst: str) -> str:

@@ -38,7 +38,7 @@ How a group is lowered
   accumulator would drift by up to n*eps), except: float32/float16/bfloat16 products, in float32 in
   index order (as MindSpore and the reference: underflow to 0 and overflow to inf as eager); with
   `eager_math` (the default) float32 softmax sums and the float32 sums and means that MindSpore adds
-  in its own float32 order (`interpreter.ms_sum_order`, `_lower_softmax`, `Step.order`), and float64
+  in its own float32 order (`numerics.ms_sum_order`, `_lower_softmax`, `Step.order`), and float64
   sums, means and products in index order, as MindSpore (`interpreter._seq_f64`); max/min
   follow the interpreter's NaN rule (first element NaN -> NaN, other NaNs ignored); softmax's max
   propagates NaN (IEEE semantics, as the reference).
@@ -61,8 +61,9 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.bytecode.types import Sym, dim_mul
+from ms_dynvm.codegen import capability
 from ms_dynvm.ir import registry
-from ms_dynvm.runtime.interpreter import ms_sum_order
+from ms_dynvm.numerics import ms_sum_order
 
 
 class CodegenError(Exception):
@@ -335,17 +336,10 @@ _F16_STEPS = frozenset({"sigmoid", "silu", "rsqrt", "expm1", "log1p", "log2", "e
 _F16_STEPS2 = frozenset({"sigmoid_grad", "silu_grad"})
 _VIEW_OPS = frozenset({"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice", "select",
                        "identity", "contiguous"})
-_TRANSCENDENTAL = frozenset({
-    "exp", "expm1", "log", "log1p", "log2", "sin", "cos", "tan", "tanh", "sigmoid", "silu", "mish", "erf",
-    "erfc", "gelu", "elu", "softplus", "gelu_grad", "sigmoid_grad", "tanh_grad", "silu_grad", "atan2", "pow",
-})
-_FLOAT_UNARY = frozenset({
-    "exp", "expm1", "log", "log1p", "log2", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "tanh",
-    "sigmoid", "silu", "mish", "erf", "erfc", "gelu", "elu", "leaky_relu", "softplus",
-})
-_INT_OK_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-                            "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
-                            "bitwise_xor"})
+# The per-op dtype facts are the capability table's (one place: `codegen.capability`).
+_TRANSCENDENTAL = capability.NO_F64
+_FLOAT_UNARY = capability.FLOAT_INPUT
+_INT_OK_BINARY = capability.INT_BINARY
 _COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 
 
@@ -485,6 +479,8 @@ class _Lower:
             return self.value(int(ins.args[0]), self._view_index(ins, idx))
         if op in opcodes.ELEMENTWISE:
             return self._elementwise(ins, idx)
+        if op == "fill":  # a splat constant (what `passes.fold` leaves of constant chains)
+            return self.const(ins.attrs["value"], self.types[reg].dtype)
         if op in ("softmax", "log_softmax"):
             return self._softmax_value(ins, idx)
         if op == "layer_norm" and k == 0:
@@ -1207,7 +1203,7 @@ class _Lower:
         fn = self.fn
         for ins in fn.body:
             op = ins.op
-            if op in _VIEW_OPS or op in opcodes.ELEMENTWISE:
+            if op in _VIEW_OPS or op in opcodes.ELEMENTWISE or op == "fill":
                 continue
             if op in _REDUCE_OPS:
                 self._lower_reduce(ins)

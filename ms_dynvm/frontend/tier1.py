@@ -5,12 +5,13 @@ all fusible (elementwise, views folded into indexing, reductions, softmax/layer 
 eagerly, the recorder's instructions for the current run are collected together with, for every tensor
 argument, where it came from:
 
-- ("out", j, k): result k of step j of the run;
-- ("ext", e): external input e, bound at the run's first op from its provenance: an argument of the
-  first op (("arg", p)), or an argument/result of one of the last `HISTORY` dispatched ops
-  (("hist", d, kind, i)), checked at bind time against the op name recorded at that position;
+- `OutSrc` ("out", j, k): result k of step j of the run;
+- `ExtSrc` ("ext", e): external input e, bound at the run's first op from its provenance: an
+  argument of the first op (`ArgProv` ("arg", p)), or an argument/result of one of the last
+  `HISTORY` dispatched ops (`HistProv` ("hist", d, side, i, op)), checked at bind time against the op
+  name recorded at that position;
 - or, for a 0-d tensor that cannot be bound that way (MindSpore turns the Python scalar of `x - 1.0`
-  into a fresh 0-d tensor at every call), ("const", bytes, dtype): its value, read when the run was
+  into a fresh 0-d tensor at every call), `ConstProv` ("const", bytes, dtype): its value, read when the run was
   recorded, is what the kernel uses, and when the op arrives the actual 0-d argument must hold exactly
   those bytes (a guard) or the run is abandoned.
 
@@ -18,8 +19,11 @@ A step whose external input cannot be bound at the first op (it was made between
 that is not dispatched, or long before) splits the run there. When a run ends, its key (steps, sources,
 provenances) is counted; the cost model (`ms_dynvm.cost.model`) decides when it is hot and pays to
 compile. The run's instructions become one IR Function (params: external inputs; outputs: every op
-result, since every result goes back to Python) generalised over a shape family
-(`ms_dynvm.runtime.signature`) and compiled by `ms_dynvm.codegen`.
+result, since every result goes back to Python), handed to the executor, `ms_dynvm.jit`: it asks
+the fusibility rule (`passes.fuse.fusible`), generalises the Function over a shape family
+(`ms_dynvm.runtime.signature`), runs the pass pipeline, compiles it (`ms_dynvm.codegen`) and
+installs the kernel (`jit.compile`); launches, result memory and OpenMP threads are `jit.launch`'s.
+This module keeps what needs the arriving ops: run tracking, binding, matching, serving.
 
 Serving: at the first op of a compiled run the handler binds the external inputs, checks the
 signature's guards, runs ONE kernel that writes every op result into NumPy buffers wrapped zero-copy as
@@ -38,8 +42,8 @@ inputs at the first op.
 
 Served ops are counted (`fused_ops`) but not re-recorded; later ops see their results as fresh inputs.
 
-Memory: kernel results are NumPy arrays wrapped zero-copy with `Tensor.from_numpy`, by default from
-the memory pool (`ms_dynvm.runtime.memory_pool`, option `pool_results`): a buffer goes back to the
+Memory: kernel results are NumPy arrays (`jit.launch.run`) wrapped zero-copy with
+`Tensor.from_numpy`, by default from the memory pool (`ms_dynvm.runtime.memory_pool`, option `pool_results`): a buffer goes back to the
 pool when the last tensor (or array view) over it dies, and is reused only after the next safe point
 (the start of the next kernel launch).
 """
@@ -47,11 +51,10 @@ pool when the last tensor (or array view) over it dies, and is reused only after
 from __future__ import annotations
 
 import math
-import time
-import warnings
 from time import perf_counter as _perf
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from mindspore import Tensor
@@ -69,18 +72,22 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
-from ms_dynvm.bytecode.types import TensorType, eval_dim
-from ms_dynvm.cost.model import CostModel, GroupStats, SizeSwitch
+from ms_dynvm.bytecode.types import TensorType
+from ms_dynvm.cost.model import SizeSwitch  # noqa: F401 - re-export (tests patch it here)
 from ms_dynvm.cost.step import StepSwitch
 from ms_dynvm.frontend import recorder as _recorder
 from ms_dynvm.frontend.normalize import INPLACE as _INPLACE
 from ms_dynvm.frontend.normalize import vm_dtype
 from ms_dynvm.ir.function import Function
+from ms_dynvm.jit import launch as _jl
+from ms_dynvm.jit.compile import Compiler, GroupKernels
+from ms_dynvm.jit.launch import pool_for as _pool_for  # noqa: F401 - re-export (tests)
+from ms_dynvm.jit.launch import set_kernel_threads as _set_kernel_threads
 from ms_dynvm.metrics import METRICS
-from ms_dynvm.runtime.signature import GuardFailure, InputDesc, ShapeFamily, check
+from ms_dynvm.passes.fuse import fusible_ops
+from ms_dynvm.runtime.signature import InputDesc
 
 HISTORY = 16
-MAX_KERNELS_PER_GROUP = 8
 # A run is cut after this many ops: a stream of fusible ops with no sync point would otherwise make
 # one group of thousands of ops (seen: a 27-op chain called in a loop without a sync made a run of
 # ~4096 ops whose C source gcc was still compiling after 6 minutes; tests/frontend/test_tier1.py checks
@@ -92,7 +99,6 @@ CTX_MAX_FAILS = 3
 CTX_RETRY_EVERY = 32
 # Groups kept per op sequence whose scalar arguments or constants differ (see end_run).
 MAX_VARIANTS = 4
-MAX_LAUNCHES_PER_GROUP = 512  # prepared launches (input layouts) kept per group
 # An eager op this recent (seconds) means MindSpore's worker threads are awake (they spin ~0.25 s
 # after an op, measured), so one eager probe of a group measures it fairly (see SizeSwitch).
 WARM_S = 0.05
@@ -103,24 +109,20 @@ _EAGER = object()  # see Tier1.serve
 _from_numpy = TensorPy.from_numpy
 _TOKEN_SPAN = 1 << 24  # tokens of one launch: serial * span + offset (offsets < span)
 
-# Views whose attributes hold sizes (reshape/broadcast_to targets, slice bounds) are left out: their
-# dispatched arguments carry the dynamic dims as literals, so every size would be a new run key and a
-# new compile (measured: 892 compiles in a 2000-step soak with seq_len varying, before this rule).
+# Ops whose attributes hold sizes (reshape/broadcast_to targets, slice bounds, fill's shape) are
+# left out of runs: their dispatched arguments carry the dynamic dims as literals, so every size
+# would be a new run key and a new compile (measured without this rule: 892 compiles in a 2000-step
+# soak with seq_len varying).
 SIZED_VIEWS = frozenset({"reshape", "broadcast_to", "slice", "select"})
-FUSIBLE = (
-    (opcodes.ELEMENTWISE | opcodes.VIEW | frozenset({
-        "sum", "mean", "max", "min", "prod", "softmax", "log_softmax", "layer_norm", "contiguous",
-        "full_like"}))
-    - frozenset({"dropout"}) - SIZED_VIEWS
-)
-# Under eager_math (the default) log_softmax is not fused: MindSpore CPU's LogSoftmax is oneDNN's,
-# with its own exp, log and summation order, not reproduced (README, "Not supported"), and a served
-# one is up to ~5e-6 off eager, which training amplifies (a helper's held-out round, session 19:
-# 140 Momentum steps of a log_softmax loss, final parameters up to 3e-3 relative off eager).
-FUSIBLE_EAGER_MATH = FUSIBLE - frozenset({"log_softmax"})
-# ... and its backward, LogSoftmaxGrad, which the recorder lowers to dy - exp(y) * sum(dy) (ops
-# fused elsewhere): MindSpore's kernel for it is not reproduced either (served, the gradient of
-# that round's repro was up to 7e-6 off eager). Dispatched op names tier 1 never fuses under eager_math.
+SIZED_OPS = SIZED_VIEWS | {"fill"}
+# The ops a run may hold: those that fuse on the C backend (`passes.fuse.fusible`, asked by op name;
+# the dtype-dependent part is asked per group before it compiles, `jit.compile`), less SIZED_OPS.
+FUSIBLE = fusible_ops(backend="c", eager_math=False) - SIZED_OPS
+FUSIBLE_EAGER_MATH = fusible_ops(backend="c", eager_math=True) - SIZED_OPS
+# Under eager_math log_softmax does not fuse (`codegen.capability.EAGER_MATH_UNFUSED`), nor does its
+# backward, LogSoftmaxGrad, which the recorder lowers to dy - exp(y) * sum(dy) (ops fused
+# elsewhere): MindSpore's kernel for it is not reproduced either (served, a gradient was up to 7e-6
+# off eager). Dispatched op names tier 1 never fuses under eager_math.
 UNFUSED_NAMES_EAGER_MATH = frozenset({"LogSoftmaxGrad"})
 
 
@@ -138,52 +140,6 @@ def _requires_grad() -> bool:
     run: a template with one is not launched (`legacy_op_under_grad`), a served run reaching one
     is abandoned there, and a run being recorded ends before it."""
     return _pynative_executor.requires_grad()
-
-
-# float16 ops whose eager results tier 1 does not reproduce bit for bit (see Tier1._compile); the
-# rest (arithmetic, comparisons, relu, sqrt, sum, mean ...) measured equal.
-F16_AS_EAGER_ONLY = frozenset({
-    "exp", "expm1", "log", "log1p", "log2", "log10", "tanh", "sigmoid", "silu", "softmax",
-    "log_softmax", "softplus", "mish", "elu", "erf", "erfc", "pow", "rsqrt", "reciprocal", "sin",
-    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "layer_norm",
-    "sigmoid_grad", "tanh_grad", "silu_grad", "gelu_grad", "elu_grad", "hardswish", "hardsigmoid",
-    "atan2", "lerp", "gelu"})
-
-
-# ... of which, under `eager_math`, the kernels follow MindSpore's float16 kernels (their float16
-# steps, or the float32 form rounded once), measured bit-equal to eager on every finite float16 for
-# the unary ops and on 6,000 values with NaN/inf for the others (tests/codegen/test_eager_math.py,
-# session 19): these groups are compiled there. (gelu, gelu_grad: their tanh form, MindSpore CPU's
-# only one.)
-F16_EAGER_MATH_OK = frozenset({
-    "exp", "expm1", "log1p", "tanh", "sigmoid", "silu", "softmax", "erfc", "rsqrt", "reciprocal", "sin",
-    "cos", "tan", "layer_norm", "sigmoid_grad", "tanh_grad", "silu_grad", "elu", "atan2", "lerp",
-    "hardsigmoid", "log", "log2", "erf"})
-
-
-def _f16_eager_only(ins, eager_math: bool) -> bool:
-    """A float16 op `ins` whose eager result the kernels do not reproduce (see F16_AS_EAGER_ONLY)."""
-    if ins.op not in F16_AS_EAGER_ONLY:
-        return False
-    if not eager_math:
-        return True
-    if ins.op in ("gelu", "gelu_grad"):  # (ms_dynvm's own float16 gelu: 271 of 63,488 values off)
-        return ins.attrs.get("approximate") != "tanh"
-    return ins.op not in F16_EAGER_MATH_OK
-
-
-def _f16_by_wide_scalar(fn, ins) -> bool:
-    """A float16 mul/div of a 0-d float32/float64 tensor: MindSpore computes it in float32 with the
-    0-d value as float32, the kernels round that value to float16 first (1 ulp apart on a fifth of
-    values, measured): such groups run eagerly."""
-    if ins.op not in ("mul", "div"):
-        return False
-    for a in ins.args:
-        if isinstance(a, Reg):
-            ty = fn.types[int(a)]
-            if len(ty.shape) == 0 and ty.dtype in ("f32", "f64"):
-                return True
-    return False
 
 
 def _freeze(v):
@@ -221,6 +177,45 @@ def _has_tensor_sequence(args) -> bool:
 
 _ATOMS = (int, float, bool, str, type(None))
 _CONSTS = ("const", "sized")  # provenances of external inputs that are constants (0-d arrays)
+
+
+# Where a step's tensor argument comes from (`Step.srcs`), and where an external input is bound
+# from (its provenance, `RunTemplate.ext`). Tuples whose first field names the kind, so that they
+# compare, hash and key runs as plain tuples do; the names are for reading them.
+class OutSrc(NamedTuple):
+    kind: str  # "out"
+    step: int  # result `k` of step `step` of the run
+    k: int
+
+
+class ExtSrc(NamedTuple):
+    kind: str  # "ext"
+    e: int  # external input e
+
+
+class ArgProv(NamedTuple):
+    kind: str  # "arg"
+    pos: int  # argument `pos` of the run's first op
+
+
+class HistProv(NamedTuple):
+    kind: str  # "hist"
+    d: int  # the d-th newest op before the run's first op
+    side: str  # "arg" | "out"
+    i: int  # its argument / result i
+    op: object  # its op name (checked at bind time)
+
+
+class ConstProv(NamedTuple):
+    kind: str  # "const": a 0-d tensor's value, guarded when the op arrives
+    data: bytes
+    dtype: str
+
+
+class SizedProv(NamedTuple):
+    kind: str  # "sized": a 0-d tensor holding sized scalar `scalar` (see Tier1._lift)
+    scalar: int
+    dtype: str
 SIZED = "<sized scalar>"  # in a step key: a float argument that is a function of the sizes (see _lift)
 
 
@@ -271,7 +266,7 @@ def _strict_eq(a, f) -> bool:
 @dataclass(slots=True)
 class Step:
     key: tuple
-    srcs: tuple  # per tensor argument: ("out", j, k) | ("ext", e)
+    srcs: tuple  # per tensor argument: OutSrc | ExtSrc
     n_out: int
     view: bool = False  # the op is a view (VIEW_OPS): served by running it (see RunTemplate.view_steps)
 
@@ -408,25 +403,45 @@ def _flatten(v):
         yield v
 
 
+class Profile(NamedTuple):
+    """What `Tier1._lift` compares between two runs of one op sequence."""
+
+    ops: tuple  # the body's op names
+    imms: dict  # (instruction, operand) -> float immediate
+    dts: dict  # instruction -> its result dtype (instructions with a float immediate)
+    keys: tuple  # the steps' keys
+    ninstr: tuple  # instructions per step
+    shapes: list  # the tensor inputs' shapes (template order)
+    consts: list  # the constants' (dtype, value)
+    descs: list  # the inputs' InputDescs
+    run_key: tuple
+
+
+class SizedScalar(NamedTuple):
+    """A kernel input computed from the sizes at each launch (see `Tier1._lift`): the element count
+    n of `axes` of tensor input `input` (kind "n") or 1/n (kind "1/n"), written into `array` (a 0-d
+    kernel input at a fixed address); `rounded`: held by a 0-d tensor, so rounded to its dtype."""
+
+    input: int
+    axes: tuple
+    kind: str
+    array: np.ndarray
+    rounded: bool
+
+
 @dataclass
-class RunTemplate:
+class RunTemplate(GroupKernels):
+    """A recorded run's group: how its ops are recognised and bound (the frontend's part), and,
+    from `GroupKernels`, its kernels, launches and statistics (the executor's part, `ms_dynvm.jit`)."""
+
     key: tuple
     steps: list
     ext: list  # provenance per external input
-    family: ShapeFamily = field(default_factory=ShapeFamily)
-    stats: GroupStats = field(default_factory=GroupStats)
-    kernels: dict = field(default_factory=dict)  # Signature -> (kernel, Function, guards)
-    launches: dict = field(default_factory=dict)  # input (dtype, shape, strides)s -> _Launch
-    families: dict = field(default_factory=dict)  # Signature -> _Family (see Tier1._family)
-    switch: SizeSwitch = field(default_factory=SizeSwitch)  # serve or not, per size class
     # Launches abandoned in a row, per context (the op dispatched just before the first op): a
     # group whose first op also starts other op sequences is not launched where it never completes.
     ctx_fails: dict = field(default_factory=dict)
     ctx_skips: int = 0
-    building: dict = field(default_factory=dict)  # observed Signature -> (Future, Signature, Function)
-    on_disk: dict = field(default_factory=dict)  # observed Signature -> its kernel is cached (Tier1._cached)
-    # Sized scalars (see Tier1._lift): per scalar (tensor input, axes, "n" | "1/n", its 0-d kernel
-    # input array); per step, the (argument position, scalar index) its arriving op must hold; and
+    # Sized scalars (see Tier1._lift): per scalar a SizedScalar; per step, the (argument position, scalar index) its arriving op must hold; and
     # where each sits in the run's instructions: (instruction, operand, dtype).
     sized: list = field(default_factory=list)
     sized_checks: dict = field(default_factory=dict)
@@ -435,26 +450,26 @@ class RunTemplate:
     def __post_init__(self) -> None:
         # External inputs are bound tensors first, then constants; `ext` is reordered to match, and
         # the steps' ("ext", e) sources renumbered, so that kernel parameter e is bound input e.
-        order = ([e for e, p in enumerate(self.ext) if p[0] not in _CONSTS]
-                 + [e for e, p in enumerate(self.ext) if p[0] in _CONSTS])
+        order = ([e for e, p in enumerate(self.ext) if p.kind not in _CONSTS]
+                 + [e for e, p in enumerate(self.ext) if p.kind in _CONSTS])
         if order != list(range(len(self.ext))):
             new_index = {old: new for new, old in enumerate(order)}
             self.ext = [self.ext[e] for e in order]
-            self.steps = [Step(s.key, tuple(("ext", new_index[src[1]]) if src[0] == "ext" else src
+            self.steps = [Step(s.key, tuple(ExtSrc("ext", new_index[src.e]) if src.kind == "ext" else src
                                             for src in s.srcs), s.n_out, s.view) for s in self.steps]
             self.ext_order = order
         else:
             self.ext_order = None
-        self.n_tensor_ext = sum(1 for p in self.ext if p[0] not in _CONSTS)
+        self.n_tensor_ext = sum(1 for p in self.ext if p.kind not in _CONSTS)
         self.ext_tensors = self.ext[:self.n_tensor_ext]
         # ("sized", k, dtype): a constant whose value is sized scalar k (see Tier1._lift), written
         # at each launch.
-        self.const_arrays = [np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).copy()
-                             if p[0] == "const" else np.zeros((), dtypes.to_numpy(p[2]))
+        self.const_arrays = [np.frombuffer(p.data, dtype=dtypes.to_numpy(p.dtype)).reshape(()).copy()
+                             if p.kind == "const" else np.zeros((), dtypes.to_numpy(p.dtype))
                              for p in self.ext[self.n_tensor_ext:]]
-        self.first_alias = [(i, self.ext[src[1]][1]) for i, src in enumerate(self.steps[0].srcs)
-                            if src[0] == "ext" and self.ext[src[1]][0] == "arg"
-                            and self.ext[src[1]][1] != i]
+        self.first_alias = [(i, self.ext[src.e].pos) for i, src in enumerate(self.steps[0].srcs)
+                            if src.kind == "ext" and self.ext[src.e].kind == "arg"
+                            and self.ext[src.e].pos != i]
         # Serving plan per step: how to match the arriving op's arguments, and the token (an int
         # offset from the launch's base token, see `_launch`) or constant each tensor argument must
         # carry. Tokens: external input e -> e; result k of step j -> n_ext + (its index among all
@@ -468,15 +483,16 @@ class RunTemplate:
         for st in self.steps:
             checks = []
             for src in st.srcs:
-                if src[0] == "out":
-                    checks.append(first_out[src[1]] + src[2])
-                elif self.ext[src[1]][0] == "const":
-                    prov = self.ext[src[1]]
-                    checks.append((prov[1], prov[2]))
-                elif self.ext[src[1]][0] == "sized":
-                    checks.append(self.ext[src[1]])
+                if src.kind == "out":
+                    checks.append(first_out[src.step] + src.k)
+                    continue
+                prov = self.ext[src.e]
+                if prov.kind == "const":
+                    checks.append((prov.data, prov.dtype))
+                elif prov.kind == "sized":
+                    checks.append(prov)
                 else:
-                    checks.append(src[1])
+                    checks.append(src.e)
             self.plans.append(_StepPlan(st, tuple(checks)))
         # Only external inputs that a later step checks need a token (step 0's arguments are
         # bound, not checked).
@@ -540,64 +556,6 @@ class _OpenRun:
         self.seconds = 0.0
 
 
-class _Launch:
-    """A prepared launch of one kernel for one input layout: `go(ptrs)` runs it (pointers: tensor
-    inputs, constants, outputs), `out_specs` are the results' (shape, NumPy dtype)."""
-
-    __slots__ = ("go", "out_specs", "const_ptrs", "size_class")
-
-    def __init__(self, go, out_specs, const_ptrs, size_class):
-        self.go = go
-        self.out_specs = out_specs
-        self.const_ptrs = const_ptrs
-        self.size_class = size_class
-
-
-class _Family:
-    """What launches of one compiled kernel entry (a signature of a group) share, whatever the
-    sizes: where each symbol is read off the inputs, the results' symbolic shapes and dtypes, the
-    constants. `launch` makes the `_Launch` for a new input layout from the bound symbols alone
-    (`CompiledKernel.prepare_sized`), without the signature's guard walk and the checked `prepare`."""
-
-    __slots__ = ("syms", "kernel", "out_dims", "const_ptrs", "const_shapes", "const_strides")
-
-    def __init__(self, t: "RunTemplate", entry) -> None:
-        kernel, fn, guards = entry
-        self.kernel = kernel
-        self.syms = [(g.input, g.axis, g.value) for g in guards if g.kind == "sym"]
-        self.out_dims = [(tuple(fn.types[r].shape), dtypes.to_numpy(fn.types[r].dtype)) for r in fn.outputs]
-        self.const_ptrs = [a.ctypes.data for a in t.const_arrays]
-        self.const_shapes = [a.shape for a in t.const_arrays]
-        self.const_strides = [tuple(s // a.itemsize for s in a.strides) for a in t.const_arrays]
-
-    def env(self, lkey: tuple):
-        """The symbols' values in a call of input layout `lkey`, None where two dims of one symbol
-        differ."""
-        env: dict = {}
-        for i, a, name in self.syms:
-            n = lkey[i][1][a]
-            if env.setdefault(name, n) != n:
-                return None
-        return env
-
-    def launch(self, lkey: tuple, env: dict, size_class: int) -> "_Launch":
-        out_specs = [(tuple(d if type(d) is int else eval_dim(d, env) for d in dims), dt)
-                     for dims, dt in self.out_dims]
-        out_shapes = [s for s, _ in out_specs]
-        in_strides = [k[2] for k in lkey] + self.const_strides
-        kernel = self.kernel
-        prepare_sized = getattr(kernel, "prepare_sized", None)
-        if prepare_sized is not None:
-            go = prepare_sized(env, in_strides, out_shapes)
-        else:  # a kernel with only the raw entry (the tests' reference backend)
-            in_shapes = [k[1] for k in lkey] + self.const_shapes
-            n_in = len(in_shapes)
-
-            def go(ptrs):
-                kernel.run_raw(ptrs[:n_in], in_shapes, in_strides, ptrs[n_in:], out_shapes)
-        return _Launch(go, out_specs, self.const_ptrs, size_class)
-
-
 class _Pending:
     """A compiled run being served, or (`eager`) run eagerly without recording (see `Tier1.serve`)."""
 
@@ -627,12 +585,15 @@ class _Pending:
 
 
 class Tier1:
+    """Tier 1 of one option set: tracks runs as ops arrive, serves compiled ones; compiling,
+    installing and launching kernels is `ms_dynvm.jit`'s (`self.jit`, `jit.launch`)."""
+
     def __init__(self, recorder, opts) -> None:
         _set_kernel_threads(opts.kernel_threads)
         self.recorder = recorder
         self.opts = opts
-        self.pool = _pool_for(opts)
-        self.cost = CostModel(threshold=opts.compile_threshold)
+        self.pool = _jl.pool_for(opts)
+        self.jit = Compiler(opts, self._installed)
         self.templates: dict = {}  # key -> RunTemplate
         self.variants: dict = {}  # key without scalar arguments -> templates made (MAX_VARIANTS)
         self.profiles: dict = {}  # key without scalar arguments -> its first run's scalars (_lift)
@@ -645,13 +606,30 @@ class Tier1:
         self.run: _OpenRun | None = None
         self.pending: _Pending | None = None
         self._serial = 0
-        self._warned = False
         self.last_eager = 0.0  # perf_counter when an op last ran eagerly
-        self.generation = 0  # kernels installed so far (the step switch's measurements age with it)
         self.probes = 0  # groups run eagerly to measure them (the step switch drops such VM steps)
         self.steps = StepSwitch()  # each step under the VM or bare (cost/step.py, dispatch.StepGate)
-        self.exiting = False  # set at interpreter exit: no compile is started (see _compile)
         self._attach(recorder, opts)
+
+    @property
+    def generation(self) -> int:
+        """Kernels installed so far (the step switch's measurements age with it)."""
+        return self.jit.generation
+
+    @property
+    def exiting(self) -> bool:
+        """Set at interpreter exit: no compile is started."""
+        return self.jit.exiting
+
+    @exiting.setter
+    def exiting(self, value: bool) -> None:
+        self.jit.exiting = value
+
+    def _installed(self, t: "RunTemplate") -> None:
+        """A kernel of `t` is installed: its first op starts a served run from now on."""
+        lst = self.starts.setdefault(t.steps[0].key[0], [])
+        if t not in lst:
+            lst.append(t)
 
     def _attach(self, recorder, opts) -> None:
         """What tier 1 fuses under `opts`, and what it asks of `recorder`."""
@@ -665,11 +643,11 @@ class Tier1:
     def reset(self, recorder, opts) -> None:
         """Re-attach to a new recorder (a new enable()); drop transient state, keep what was learned."""
         _set_kernel_threads(opts.kernel_threads)
-        self.pool = _pool_for(opts)
+        self.pool = _jl.pool_for(opts)
         self.recorder = recorder
         self.opts = opts
         self._attach(recorder, opts)
-        self.exiting = False
+        self.jit.reset(opts)
         self.hist.clear()
         self.run = None
         self.pending = None
@@ -797,10 +775,13 @@ class Tier1:
             if launch is None:
                 # A new input layout: find the family (kernel) it belongs to; the launch itself is
                 # only made when the size switch says serve.
-                found = self._family(t, bound, lkey)
+                descs = [InputDesc(k[0], k[1], "contiguous" if x.is_contiguous() else "strided")
+                         for k, x in zip(lkey, bound)]
+                descs += [_desc(x) for x in bound[t.n_tensor_ext:]]
+                found = _jl.find_family(t, descs, lkey, t.const_arrays)
                 if found is None:
                     continue
-                size_class = _size_class([k[1] for k in lkey])
+                size_class = _jl.size_class([k[1] for k in lkey])
             else:
                 size_class = launch.size_class
             svals = None
@@ -824,42 +805,10 @@ class Tier1:
                 p.args = tensors
                 return _EAGER
             if launch is None:
-                launch = found[0].launch(lkey, found[1], size_class)
-                if len(t.launches) >= MAX_LAUNCHES_PER_GROUP:
-                    t.launches.clear()
-                t.launches[lkey] = launch
+                launch = _jl.prepared(t, lkey, found, size_class)
             METRICS.cache_hits += 1
             return self._launch(t, launch, bound, rtags, tensors, t0, ctx, base, svals)
         return _MISS
-
-    def _family(self, t: RunTemplate, bound: list, lkey: tuple):
-        """(the `_Family` (kernel entry) that serves calls of this input layout, the symbols' values),
-        or None (counted) when no compiled kernel may: the signature (from the family's dynamic
-        dims) must be one a kernel was compiled for, and the symbols bind consistently (the rest of
-        the kernel's guards is implied by the equal signature: dtypes, ranks, layouts, static dims,
-        and sizes >= 2 where a dim is a symbol, as `ShapeFamily.signature` puts the size there
-        otherwise; the first layout of a family walks the full guards)."""
-        descs = [InputDesc(k[0], k[1], "contiguous" if x.is_contiguous() else "strided")
-                 for k, x in zip(lkey, bound)]
-        descs += [_desc(x) for x in bound[t.n_tensor_ext:]]
-        sig = t.family.signature(descs)
-        fam = t.families.get(sig)
-        if fam is None:
-            entry = t.kernels.get(sig)
-            if entry is None:
-                METRICS.guard_failures["no_kernel_for_signature"] += 1
-                return None
-            env = check(entry[2], descs)
-            if isinstance(env, GuardFailure):
-                METRICS.guard_failures[env.reason] += 1
-                return None
-            t.families[sig] = _Family(t, entry)
-            return t.families[sig], env
-        env = fam.env(lkey)
-        if env is None:
-            METRICS.guard_failures["symbol_mismatch"] += 1
-            return None
-        return fam, env
 
     def _bind(self, t: RunTemplate, first_args: list):
         """(The external inputs for a call starting with `first_args`: tensors first (in `t.ext`
@@ -878,12 +827,12 @@ class Tier1:
         n_args = len(first_args)
         rtags = None
         for prov in t.ext_tensors:
-            if prov[0] == "arg":
-                if prov[1] >= n_args:
+            if prov.kind == "arg":
+                if prov.pos >= n_args:
                     return None, None
-                out.append(first_args[prov[1]])
+                out.append(first_args[prov.pos])
             else:
-                _, d, kind, i, okey = prov
+                _, d, kind, i, okey = prov  # (a HistProv)
                 if d > len(hist):
                     return None, None
                 h = hist[-d]
@@ -901,24 +850,10 @@ class Tier1:
         out.extend(t.const_arrays)
         return out, rtags
 
-    def _launch(self, t: RunTemplate, launch: "_Launch", bound: list, rtags, first_args: list, t0: float,
+    def _launch(self, t: RunTemplate, launch: "_jl.Launch", bound: list, rtags, first_args: list, t0: float,
                 ctx, base: int, svals=None):
-        pool = self.pool
-        # The previous group has finished (CPU kernels are synchronous): a safe point, so buffers
-        # whose last tensor has died since become reusable.
-        pool.safe_point()
-        alloc = pool.array_ptr
-        ptrs = [x._data_ptr() for x in bound[:t.n_tensor_ext]]
-        ptrs += launch.const_ptrs
-        outs = []
-        for shape, dt in launch.out_specs:
-            a, ptr = alloc(shape, dt)
-            outs.append(_from_numpy(a))  # C-contiguous: Tensor.from_numpy minus its checks
-            ptrs.append(ptr)
-        if svals is not None:  # the sized scalars' kernel inputs (0-d arrays at fixed addresses)
-            for sz, v in zip(t.sized, svals):
-                sz[3][()] = v
-        launch.go(ptrs)
+        arrays = _jl.run(launch, [x._data_ptr() for x in bound[:t.n_tensor_ext]], self.pool, t.sized, svals)
+        outs = [_from_numpy(a) for a in arrays]  # C-contiguous: Tensor.from_numpy minus its checks
         toks = _ext_tokens(t, bound, base, rtags)
         off = base + t.n_ext
         if t.view_steps:  # all results in order, None for the views' (see RunTemplate.kernel_out)
@@ -1006,16 +941,16 @@ class Tier1:
         for tensor, tag in zip(tensors, arg_tags):
             if tag in run.out_tags:
                 j, k = run.out_tags[tag]
-                srcs.append(("out", j, k))
+                srcs.append(OutSrc("out", j, k))
                 continue
             if tag in run.ext_tags:
-                srcs.append(("ext", run.ext_tags.index(tag)))
+                srcs.append(ExtSrc("ext", run.ext_tags.index(tag)))
                 continue
             prov = self._provenance(run, tag, arg_tags if not run.steps else None, tensor)
             if (prov is None and tensor.shape == () and tag is not None and _vm_dtype(tensor) != "bf16"
                     and not (self.data_consts
                              and (tuple(s.key[0] for s in run.steps), key[0], len(srcs)) in self.data_consts)):
-                prov = ("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
+                prov = ConstProv("const", _asnumpy(tensor).tobytes(), _vm_dtype(tensor))
             if prov is None:
                 # Not bindable at the first op: split the run here and start again at this op.
                 self.end_run()
@@ -1024,7 +959,7 @@ class Tier1:
             run.ext.append(prov)
             run.ext_tags.append(tag)
             run.ext_regs.append(tag[1] if tag is not None else None)
-            srcs.append(("ext", len(run.ext) - 1))
+            srcs.append(ExtSrc("ext", len(run.ext) - 1))
         j = len(run.steps)
         for k, tag in enumerate(out_tags):
             run.out_tags[tag] = (j, k)
@@ -1040,9 +975,9 @@ class Tier1:
         if tag is None:
             return None
         if first_args is not None:  # this is the first op: its own arguments
-            return ("arg", first_args.index(tag))
+            return ArgProv("arg", first_args.index(tag))
         if tag in run.first_arg_tags:
-            return ("arg", run.first_arg_tags.index(tag))
+            return ArgProv("arg", run.first_arg_tags.index(tag))
         hist = run.hist
         if hist is None:
             # Taken now, at step 1 or later: the newest entries are the run's own steps (each op
@@ -1066,15 +1001,15 @@ class Tier1:
                     if tok is not None:
                         for i, x in enumerate(o):
                             if x._get_user_data(_T1KEY) == tok:
-                                return ("hist", d, "out", i, k)
+                                return HistProv("hist", d, "out", i, k)
                 hist[d - 1] = (k, a, o, arg_tags, out_tags)
             # Only the op's name is kept, not its arguments: those may hold dynamic sizes (a reshape
             # target), which would make a new run key per size. Binding a wrong tensor is harmless:
             # the identity check when the step arrives abandons the run.
             if tag in out_tags:
-                return ("hist", d, "out", out_tags.index(tag), k)
+                return HistProv("hist", d, "out", out_tags.index(tag), k)
             if tag in arg_tags:
-                return ("hist", d, "arg", arg_tags.index(tag), k)
+                return HistProv("hist", d, "arg", arg_tags.index(tag), k)
         return None
 
     def block_closed(self, reason: str) -> None:
@@ -1113,7 +1048,7 @@ class Tier1:
             # kernel inputs computed from the sizes where they can be (`_lift`); other variants
             # get a group each, up to MAX_VARIANTS.
             vkey = (tuple(s.key[0] for s in run.steps), tuple(s.srcs for s in run.steps),
-                    tuple(p[:1] if p[0] == "const" else p for p in run.ext))
+                    tuple(p[:1] if p.kind == "const" else p for p in run.ext))
             types = self.recorder.program.types
             # The same op sequence over inputs of other ranks or dtypes (another model) is
             # another family of sized scalars.
@@ -1152,32 +1087,7 @@ class Tier1:
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout) for r in run.ext_regs]
         descs += [InputDesc(dt, (), "contiguous") for _, _, dt in t.sized_operands]
         sig = t.family.observe(descs)
-        if t.building:
-            self._poll(t)
-        if sig in t.kernels or sig in t.building or st.failed:
-            return
-        if len(t.kernels) + len(t.building) >= MAX_KERNELS_PER_GROUP:
-            # A group that cannot be generalised would compile once per shape: stop at a bound.
-            st.failed = True
-            METRICS.fallbacks["tier1: too many shapes for a static group"] += 1
-            return
-        fn = None
-        if self.opts.compile_policy == "threshold":
-            hot = st.calls >= self.opts.compile_threshold
-        else:
-            cached = False
-            if st.calls >= self.cost.threshold and not st.compiled:
-                # A kernel already in the cache (a warm disk cache: an earlier process) costs a load,
-                # not a compile, in the cost model. Looked up once per signature (it renders the
-                # kernel's source for the key).
-                cached = t.on_disk.get(sig)
-                if cached is None:
-                    fn = self._function(run, t.sized_operands, t.kernel_out)
-                    cached = t.on_disk[sig] = self._cached(t, sig, fn)
-            hot = self.cost.should_compile(st, len(t.steps), cached=cached, background=self.opts.compile_async)
-        if hot:
-            # Generalise the function of THIS call: the signature's symbols group this call's dims.
-            self._compile(t, sig, fn or self._function(run, t.sized_operands, t.kernel_out))
+        self.jit.consider(t, sig, len(t.steps), lambda: self._function(run, t.sized_operands, t.kernel_out))
 
     @staticmethod
     def _body(run: _OpenRun) -> list:
@@ -1224,10 +1134,8 @@ class Tier1:
     # Only immediates of f32/f64 instructions are lifted (there the instruction computes with the
     # scalar rounded to its own dtype, which is what a 0-d input of that dtype holds).
 
-    def _profile(self, run: _OpenRun):
-        """What `_lift` compares: the body's ops, its float immediates (position, value), their
-        instructions' result dtypes, the steps' keys, instructions per step, the tensor inputs'
-        shapes and the constants' values (template order), the inputs' descriptions, the run key."""
+    def _profile(self, run: _OpenRun) -> "Profile | None":
+        """What `_lift` compares (`Profile`)."""
         if len(run.step_instrs) != len(run.steps):
             return None
         types = self.recorder.program.types
@@ -1241,24 +1149,25 @@ class Tier1:
                 if type(a) is float:
                     imms[(ii, ai)] = a
                     dts[ii] = types[ins.outs[0]].dtype if ins.outs else None
-        order = [e for e, p in enumerate(run.ext) if p[0] not in _CONSTS]
+        order = [e for e, p in enumerate(run.ext) if p.kind not in _CONSTS]
         shapes = [tuple(types[run.ext_regs[e]].shape) if run.ext_regs[e] is not None else None
                   for e in order]
-        consts = [(p[2], np.frombuffer(p[1], dtype=dtypes.to_numpy(p[2])).reshape(()).item())
-                  for p in run.ext if p[0] == "const"]
+        consts = [(p.dtype, np.frombuffer(p.data, dtype=dtypes.to_numpy(p.dtype)).reshape(()).item())
+                  for p in run.ext if p.kind == "const"]
         descs = [InputDesc(types[r].dtype, tuple(types[r].shape), types[r].layout)
                  for r in run.ext_regs if r is not None]
-        return (tuple(i.op for i in body), imms, dts, tuple(s.key for s in run.steps),
-                tuple(run.step_instrs), shapes, consts, descs, _run_key(run))
+        return Profile(tuple(i.op for i in body), imms, dts, tuple(s.key for s in run.steps),
+                       tuple(run.step_instrs), shapes, consts, descs, _run_key(run))
 
     def _lift(self, vkey, first, prof, run: _OpenRun):
         """The template with sized scalars for the runs of profiles `first` and `prof` (that of
         `run`), or None."""
-        if (prof is None or first[0] != prof[0] or first[1].keys() != prof[1].keys()
-                or first[4] != prof[4] or len(first[6]) != len(prof[6])):
+        if (prof is None or first.ops != prof.ops or first.imms.keys() != prof.imms.keys()
+                or first.ninstr != prof.ninstr or len(first.consts) != len(prof.consts)):
             return None
-        _, imms1, dts, keys1, ninstr, shapes1, consts1, descs1, _ = first
-        _, imms2, _, keys2, _, shapes2, consts2, _, _ = prof
+        imms1, dts, keys1, ninstr, shapes1, consts1, descs1 = (
+            first.imms, first.dts, first.keys, first.ninstr, first.shapes, first.consts, first.descs)
+        imms2, keys2, shapes2, consts2 = prof.imms, prof.keys, prof.shapes, prof.consts
         if None in shapes1 or None in shapes2 or len(shapes1) != len(shapes2):
             return None
         step_of = []
@@ -1308,30 +1217,30 @@ class Tier1:
         steps = [Step(k, st.srcs, st.n_out) for k, st in zip(marked(keys2), run.steps)]
         # Sized constants: their provenance says which sized scalar they hold (after the immediates).
         ext = list(run.ext)
-        const_pos = [e for e, p in enumerate(ext) if p[0] == "const"]
+        const_pos = [e for e, p in enumerate(ext) if p.kind == "const"]
         for k, (c, dt, _, _, _) in enumerate(sized_consts):
-            ext[const_pos[c]] = ("sized", len(lifted) + k, dt)
+            ext[const_pos[c]] = SizedProv("sized", len(lifted) + k, dt)
         t = RunTemplate(("sized",) + marked(keys2), steps, ext)
-        sized = [(e, axes, kind, np.zeros((), dtypes.to_numpy(dt)), False)
+        sized = [SizedScalar(e, axes, kind, np.zeros((), dtypes.to_numpy(dt)), False)
                  for _, _, _, _, dt, e, axes, kind in lifted]
-        t.const_arrays = t.const_arrays + [x[3] for x in sized]
+        t.const_arrays = t.const_arrays + [x.array for x in sized]
         # The constants' arrays, in the template's constant order (constants keep their order).
         const_arrays = t.const_arrays
         for c, dt, e, axes, kind in sized_consts:
-            sized.append((e, axes, kind, const_arrays[c], True))
+            sized.append(SizedScalar(e, axes, kind, const_arrays[c], True))
         t.sized = sized
         checks: dict = {}
         for k, x in enumerate(lifted):
             checks.setdefault(x[0], []).append((x[1], k))
         t.sized_checks = checks
         t.sized_operands = [(ii, ai, dt) for _, _, ii, ai, dt, _, _, _ in lifted]
-        t.profile = prof[:7]
+        t.profile = prof
         # Both runs seen so far teach the family which dims change.
         extra = [InputDesc(dt, (), "contiguous") for _, _, dt in t.sized_operands]
         if t.ext_order is not None:
             descs1 = [descs1[e] for e in t.ext_order]
         t.family.observe(descs1 + extra)
-        old = self.templates.get(first[-1])
+        old = self.templates.get(first.run_key)
         if old is not None:  # the first run's counts carry over
             t.stats.calls, t.stats.eager_calls, t.stats.eager_seconds = (
                 old.stats.calls, old.stats.eager_calls, old.stats.eager_seconds)
@@ -1345,14 +1254,14 @@ class Tier1:
         not a Python scalar. Guarding their values would make a new group per value; from now on
         such an argument is not taken as a constant, so the run splits there and the later part
         binds it as an argument."""
-        const_e = [e for e, p in enumerate(run.ext) if p[0] == "const"]
-        if len(const_e) != len(last[6]) or len(const_e) != len(prof[6]):
+        const_e = [e for e, p in enumerate(run.ext) if p.kind == "const"]
+        if len(const_e) != len(last.consts) or len(const_e) != len(prof.consts):
             return
         names = [st.key[0] for st in run.steps]
-        for c, ((_, v1), (_, v2)) in enumerate(zip(last[6], prof[6])):
+        for c, ((_, v1), (_, v2)) in enumerate(zip(last.consts, prof.consts)):
             if v1 == v2 or (v1 != v1 and v2 != v2):
                 continue
-            src = ("ext", const_e[c])
+            src = ExtSrc("ext", const_e[c])
             for j, st in enumerate(run.steps):
                 if src in st.srcs:
                     self.data_consts.add((tuple(names[:j]), names[j], st.srcs.index(src)))
@@ -1364,230 +1273,39 @@ class Tier1:
         if t is None:
             return None
         prof = self._profile(run)
-        if (prof is None or prof[0] != t.profile[0] or prof[1].keys() != t.profile[1].keys()
-                or len(prof[6]) != len(t.profile[6])):
+        if (prof is None or prof.ops != t.profile.ops or prof.imms.keys() != t.profile.imms.keys()
+                or len(prof.consts) != len(t.profile.consts)):
             return None
-        shapes = prof[5]
+        shapes = prof.shapes
         if None in shapes:
             return None
         vals = _sized_values(t, [(None, s) for s in shapes])
         for (ii, ai, _), v in zip(t.sized_operands, vals):
-            if prof[1][(ii, ai)] != v:
+            if prof.imms[(ii, ai)] != v:
                 return None
         n_imm = len(t.sized_operands)
         sized_at = {}
         for e, p in enumerate(t.ext[t.n_tensor_ext:]):
-            if p[0] == "sized":
-                sized_at[e] = p[1]
-        for c, ((dt, v), (tdt, tv)) in enumerate(zip(prof[6], t.profile[6])):
+            if p.kind == "sized":
+                sized_at[e] = p.scalar
+        for c, ((dt, v), (tdt, tv)) in enumerate(zip(prof.consts, t.profile.consts)):
             k = sized_at.get(c)
             if dt != tdt or (k is None and v != tv and not (v != v and tv != tv)):
                 return None
             if k is not None and (k < n_imm or v != vals[k]):
                 return None
         want = [st.key for st in t.steps]
-        if len(want) != len(prof[3]) or any(len(k[1]) != len(w[1]) for k, w in zip(prof[3], want)):
+        if len(want) != len(prof.keys) or any(len(k[1]) != len(w[1]) for k, w in zip(prof.keys, want)):
             return None
         marked = [(k[0], tuple(SIZED if w[1][i] is SIZED else a for i, a in enumerate(k[1])))
-                  for k, w in zip(prof[3], want)]
+                  for k, w in zip(prof.keys, want)]
         if marked != want:
             return None
         for j, pairs in t.sized_checks.items():
             for i, k in pairs:
-                if prof[3][j][1][i] != vals[k]:
+                if prof.keys[j][1][i] != vals[k]:
                     return None
         return t
-
-    def _kernel_opts(self) -> dict:
-        """The options that make a kernel (its source and flags: part of its cache key)."""
-        o = self.opts
-        return {"strict_ieee": o.strict_ieee, "fast_math": o.fast_math, "eager_math": o.eager_math}
-
-    def _cached(self, t: RunTemplate, sig, fn: Function) -> bool:
-        """Whether the kernel `_compile` would build for `fn` is in the kernel cache already (memory
-        or disk). False where it cannot tell (unsupported, no compiler): the compile decides then."""
-        from ms_dynvm import codegen
-        from ms_dynvm.passes.shapes import generalize as _generalize
-        from ms_dynvm.runtime.cache import default_cache
-
-        try:
-            # (`generalize` without its side effects: a group that cannot be generalised is only
-            # frozen, and counted, by the compile itself)
-            marks = _symbol_marks(fn, sig)
-            gfn = _generalize(fn, marks) if marks else fn
-            key = codegen.kernel.kernel_key(gfn, **self._kernel_opts())[0]
-            return default_cache().has(key)
-        except Exception:  # noqa: BLE001 - a guess for the cost model, never an error
-            return False
-
-    def _compile(self, t: RunTemplate, sig, fn: Function) -> None:
-        if self.exiting:  # the block closed by the exit handler made it hot: nothing will run it
-            return
-        from ms_dynvm import codegen
-
-        key_sig = sig  # the observed signature (generalize may fall back to a static one)
-        if any(ty.dtype == "bf16" for ty in fn.types.values()):
-            # The C backend holds bfloat16 in float32 storage (NumPy has no bfloat16), while every
-            # value of a group crosses the MindSpore boundary (inputs, and each op's result) as
-            # 2-byte bfloat16: such groups run eagerly.
-            t.stats.failed = True
-            METRICS.fallbacks["tier1: unsupported (bfloat16 tensors)"] += 1
-            return
-        em = self.opts.eager_math
-        bad = next((ins.op for ins in fn.body if ins.outs and fn.types[ins.outs[0]].dtype == "f16"
-                    and (_f16_eager_only(ins, em) or _f16_by_wide_scalar(fn, ins))), None)
-        if bad is not None:
-            # MindSpore CPU computes these in float16 steps, each rounded, or in its own formulas;
-            # the kernels (with eager_math off: all of F16_AS_EAGER_ONLY) compute in float32 and
-            # round once (closer to the exact value, but up to 2-5 ulp from eager: measured for
-            # sigmoid, silu, softmax, tanh, exp). Such groups run eagerly.
-            t.stats.failed = True
-            METRICS.fallbacks[f"tier1: unsupported (float16 {bad}: eager rounds each step)"] += 1
-            return
-        fn, sig = generalize(fn, sig, t.family)
-        ok, why = codegen.supports(fn)
-        if not ok:
-            t.stats.failed = True
-            METRICS.fallbacks[f"tier1: unsupported ({why})"] += 1
-            return
-        from ms_dynvm.runtime.cache import default_cache
-
-        cache = default_cache()
-        job = (fn, cache, self._kernel_opts())
-        if self.opts.compile_async:
-            # Tier-up: gcc runs on a background thread while the group keeps running eagerly; the
-            # kernel is installed at the group's next recorded run after it is ready (`_poll`).
-            t.building[key_sig] = (_compile_pool().submit(_build, *job), sig, fn)
-            return
-        try:
-            built = _build(*job)
-        except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
-            self._compile_failed(t, e)
-            return
-        self._install(t, sig, fn, built)
-
-    def _poll(self, t: RunTemplate) -> None:
-        """Install the kernels of `t` whose background compiles have finished."""
-        for key_sig, (fut, sig, fn) in list(t.building.items()):
-            if not fut.done():
-                continue
-            del t.building[key_sig]
-            try:
-                built = fut.result()
-            except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
-                self._compile_failed(t, e)
-                continue
-            self._install(t, sig, fn, built)
-
-    def _compile_failed(self, t: RunTemplate, e: Exception) -> None:
-        t.stats.failed = True
-        METRICS.fallbacks[f"tier1: compile error ({type(e).__name__})"] += 1
-        if not self._warned:
-            from ms_dynvm.codegen import gcc
-            from ms_dynvm.warn import warn_once
-
-            if isinstance(e, gcc.CompilerUnavailable):  # one warning per process, the hot path's or this
-                warn_once("no-compiler", f"ms_dynvm: no C compiler ({e}): compiling a fused group failed, "
-                          "fused groups run eagerly", stacklevel=3)
-            else:
-                warnings.warn(f"ms_dynvm: compiling a fused group failed, running it eagerly: {e}",
-                              RuntimeWarning, stacklevel=3)
-            self._warned = True
-
-    def _install(self, t: RunTemplate, sig, fn: Function, built) -> None:
-        kernel, dt, compiled, disk_hits = built
-        if compiled:
-            self.cost.record_compile(dt)
-        METRICS.compiles += compiled
-        METRICS.disk_cache_hits += disk_hits
-        METRICS.compile_seconds += dt  # time spent obtaining kernels: gcc, or a disk-cache load
-        METRICS.cache_misses += 1
-        if not t.kernels:
-            METRICS.groups_compiled += 1
-        t.kernels[sig] = (kernel, fn, sig.guards())
-        self.generation += 1
-        t.families.pop(sig, None)
-        t.stats.compiled = True
-        lst = self.starts.setdefault(t.steps[0].key[0], [])
-        if t not in lst:
-            lst.append(t)
-
-
-def _build(fn: Function, cache, kernel_opts: dict):
-    """(kernel, seconds, gcc runs, disk-cache loads) for group `fn`; on the compile thread or not.
-    (One compile thread: the cache's counters move for this build only.)"""
-    from ms_dynvm import codegen
-
-    before = cache.stats()
-    t0 = time.perf_counter()
-    kernel = codegen.compile_group(fn, cache=cache, **kernel_opts)
-    dt = time.perf_counter() - t0
-    after = cache.stats()
-    return (kernel, dt, after.get("compiles", 0) - before.get("compiles", 0),
-            after.get("disk_hits", 0) - before.get("disk_hits", 0))
-
-
-_POOL = None
-
-
-def _compile_pool():
-    """The background compile thread (one: gcc and MindSpore share two cores here)."""
-    global _POOL
-    if _POOL is None:
-        import concurrent.futures
-
-        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="dvm-tier1-compile")
-    return _POOL
-
-
-class _FreshArrays:
-    """Kernel results in fresh NumPy arrays (`pool_results=False`)."""
-
-    soft_cap = None
-    array = staticmethod(np.empty)
-
-    @staticmethod
-    def array_ptr(shape, dtype):
-        a = np.empty(shape, dtype)
-        return a, a.__array_interface__["data"][0]
-
-    @staticmethod
-    def safe_point() -> int:
-        return 0
-
-
-def _pool_for(opts):
-    """Where kernel results live. By default (`pool_results`) in the memory pool
-    (`ms_dynvm.runtime.memory_pool`), bounded by a soft cap: a block goes back when no tensor or
-    array over it is left, and is reused after the next launch (a safe point). Per call it costs
-    about what fresh arrays cost (`profiling/breakdown_tier1.py` runs both side by side), and the
-    memory it holds stays bounded (`profiling/bench_pool_soak.py`), as does the C heap around it
-    (`pool_heap_trim_mb`)."""
-    if not opts.pool_results:
-        return _FreshArrays
-    from ms_dynvm.runtime.memory_pool import default_pool
-
-    pool = default_pool()
-    pool.soft_cap = opts.pool_soft_cap_mb << 20
-    pool.heap_trim_mb = opts.pool_heap_trim_mb or None  # malloc_trim at safe points (see the pool)
-    return pool
-
-
-def _set_kernel_threads(n: int) -> None:
-    """OpenMP threads for fused kernels. 0 = automatic: one thread on machines with <= 2 cores, where
-    MindSpore's own worker threads keep the cores busy and a second kernel thread only contends with
-    them (measured here: the [B,784] chain kernel took ~5 ms with 2 threads, ~0.25 ms with 1)."""
-    import ctypes
-    import os
-
-    if n <= 0:
-        cores = os.cpu_count() or 1
-        n = 1 if cores <= 2 else max(1, cores // 2)
-    try:
-        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(ctypes.c_int(n))
-    except OSError:
-        pass  # no libgomp: kernels then run single-threaded anyway
-
 
 def _aliases(a, b) -> bool:
     return (a._data_ptr() == b._data_ptr() and tuple(a.shape) == tuple(b.shape)
@@ -1678,18 +1396,6 @@ def _sized_values(t: "RunTemplate", lkey) -> list:
     return out
 
 
-def _size_class(shapes) -> int:
-    """Size class of a call (see `SizeSwitch`): from the element count of its largest tensor input
-    (not the first: a group may start with a scalar made into a 0-d tensor, as `1.0 - m` does)."""
-    most = 0
-    for shape in shapes:
-        n = 1
-        for d in shape:
-            n *= d
-        most = max(most, n)
-    return SizeSwitch.size_class(most)
-
-
 def _desc(x) -> InputDesc:
     if isinstance(x, np.ndarray):
         return InputDesc(dtypes.from_numpy(x.dtype), x.shape, "contiguous")
@@ -1699,29 +1405,3 @@ def _desc(x) -> InputDesc:
 
 def _vm_dtype(t) -> str:
     return vm_dtype(t.dtype)
-
-
-def _symbol_marks(fn: Function, sig) -> dict:
-    """(param register, axis) -> symbol name, for every dim the signature `sig` makes symbolic."""
-    return {(r, axis): d for r, (_, _, dims) in zip(fn.params, sig.inputs)
-            for axis, d in enumerate(dims) if isinstance(d, str)}
-
-
-def generalize(fn: Function, sig, family: ShapeFamily):
-    """(`fn` with the signature's symbols in its param dims and every result type re-inferred, sig).
-    When the shape rules cannot express a result symbolically (e.g. a reshape whose target size is
-    baked into its attributes), the dims stay static: the returned signature is then the call's
-    static one, and the family is frozen so that it stops proposing symbols for this group."""
-    from ms_dynvm.passes.shapes import GeneralizeError, generalize as _generalize
-
-    if not sig.symbols():
-        return fn, sig
-    try:
-        return _generalize(fn, _symbol_marks(fn, sig)), sig
-    except GeneralizeError:
-        METRICS.fallbacks["tier1: kept static (not generalisable)"] += 1
-        family.frozen = True
-        family.dynamic.clear()
-        static = family.signature([InputDesc(fn.types[r].dtype, tuple(fn.types[r].shape),
-                                             fn.types[r].layout) for r in fn.params])
-        return fn, static

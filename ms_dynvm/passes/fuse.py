@@ -19,9 +19,15 @@ Each Group has
 - `domain`: the iteration space D (a shape; None for 'single');
 - `axes`: the reduced axes A of D (empty for 'elementwise' and 'single').
 
+Which instructions may fuse at all is ONE rule, `fusible(ins, types, backend=..., eager_math=...)`:
+the loop structure below (what one nest can execute) and the backend's per-op capability, stated as
+data (`codegen.capability` for the C backend: result dtypes per op, float16/bfloat16 eager-equality
+facts). Tier 1 asks the same rule before it compiles a group (`jit.compile`, `refusal`) and, by op
+name alone, while it records runs (`fusible_ops`).
+
 Grouping rules (greedy, left to right; an instruction that cannot join the open group closes it
 and opens the next one):
-1. Boundaries: COPY ops other than `contiguous` (concat, gather, scatter, ...), matmul, conv/pool,
+1. Boundaries (and every instruction `fusible` refuses on the backend): COPY ops other than `contiguous` (concat, gather, scatter, ...), matmul, conv/pool,
    RANDOM, `call`, `arange`, argmax-style and other reductions are 'single' groups.
 2. Every value a group computes lives in one of two spaces: 'full' (its shape broadcasts to D:
    right-aligned, each dim equal or 1) or 'row' (the shape D without the axes A: a reduction
@@ -59,6 +65,7 @@ body makes passes over the reduced axes for the prologue, the reductions and the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
@@ -69,11 +76,81 @@ from ms_dynvm.passes.util import copy_instr
 
 KINDS = ("elementwise", "reduction", "norm", "single")
 
+# What one loop nest can execute, whatever the backend (rules 3-5 below).
 FUSIBLE_ELEMENTWISE = opcodes.ELEMENTWISE | {"fill"}
 FUSIBLE_VIEWS = (opcodes.VIEW | {"contiguous"})
 FUSIBLE_REDUCE = frozenset({"sum", "mean", "max", "min", "prod"})
 FUSIBLE_NORM = frozenset({"softmax", "log_softmax", "layer_norm", "softmax_grad", "softmax_cross_entropy"})
 FUSIBLE = FUSIBLE_ELEMENTWISE | FUSIBLE_VIEWS | FUSIBLE_REDUCE | FUSIBLE_NORM
+
+
+# --- the fusibility rule -----------------------------------------------------------------------
+class Fusible(NamedTuple):
+    """`fusible`'s answer: true when the op fuses; else `reason` says why not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+YES = Fusible(True)
+
+
+def _backend_refusal(backend: str | None):
+    """The per-instruction refusal of a backend's capability data: (ins, types, eager_math) -> str |
+    None. None: the loop structure alone (any backend)."""
+    if backend is None:
+        return None
+    if backend == "c":
+        from ms_dynvm.codegen.capability import refusal
+
+        return refusal
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def fusible(ins: "Instr | str", types: dict | None = None, *, backend: str | None = "c",
+            eager_math: bool = True) -> Fusible:
+    """THE rule for "does this fuse, on this backend": whether instruction `ins` (register types
+    `types`) can be computed inside a fused kernel of `backend` with eager's results (`eager_math`:
+    the kernels follow MindSpore CPU's formulas, and ops whose kernel they do not reproduce are
+    refused). Given an op name alone (`types` None), whether the op can fuse for some dtypes: what
+    a frontend can ask before the types are known. `backend=None` asks the loop structure only.
+    Tier 1 (through `jit.compile`) and the fuse pass both ask this."""
+    op = ins if isinstance(ins, str) else ins.op
+    if op not in FUSIBLE:
+        return Fusible(False, f"op {op} is not fusible")
+    check = _backend_refusal(backend)
+    if check is None:
+        return YES
+    if types is None:
+        from ms_dynvm.codegen.capability import C_OPS, EAGER_MATH_UNFUSED
+
+        if op not in C_OPS:
+            return Fusible(False, f"op {op} is not supported by the {backend} backend")
+        if eager_math and op in EAGER_MATH_UNFUSED:
+            return Fusible(False, f"{op}: MindSpore's kernel is not reproduced")
+        return YES
+    why = check(ins, types, eager_math)
+    return YES if why is None else Fusible(False, why)
+
+
+def fusible_ops(backend: str | None = "c", eager_math: bool = True) -> frozenset:
+    """The op names that fuse for some dtypes (`fusible(op)`)."""
+    return frozenset(op for op in FUSIBLE if fusible(op, backend=backend, eager_math=eager_math))
+
+
+def refusal(fn: Function, *, backend: str | None = "c", eager_math: bool = True) -> str | None:
+    """Why group `fn` cannot run as one fused kernel of `backend` with eager's results (the first
+    instruction `fusible` refuses), or None."""
+    if backend == "c" and any(t.dtype == "bf16" for t in fn.types.values()):
+        return "bfloat16 tensors"  # (see codegen.capability: checked first, whatever the ops)
+    for ins in fn.body:
+        v = fusible(ins, fn.types, backend=backend, eager_math=eager_math)
+        if not v:
+            return v.reason
+    return None
 
 FULL, ROW, LOAD = "full", "row", "load"
 
@@ -149,10 +226,10 @@ class _Open:
         return self.axes is not None and tuple(sorted(self.axes)) == tuple(range(len(self.axes)))
 
 
-def _admit(g: _Open, ins: Instr, types: dict) -> dict | None:
+def _admit(g: _Open, ins: Instr, types: dict, backend: str | None, eager_math: bool) -> dict | None:
     """The changes to `g` if `ins` joins it (a dict of new field values), else None."""
     op = ins.op
-    if op not in FUSIBLE:
+    if not fusible(ins, types, backend=backend, eager_math=eager_math):
         return None
     regs = [int(r) for r in ins.regs()]
     inner = [r for r in regs if r in g.space]
@@ -253,10 +330,10 @@ def _commit(g: _Open, changes: dict) -> None:
             setattr(g, k, v)
 
 
-def _scan(fn: Function, start: int, limit: int) -> _Open:
+def _scan(fn: Function, start: int, limit: int, backend: str | None, eager_math: bool) -> _Open:
     g = _Open(start, start)
     for i in range(start, limit):
-        changes = _admit(g, fn.body[i], fn.types)
+        changes = _admit(g, fn.body[i], fn.types, backend, eager_math)
         if changes is None:
             break
         _commit(g, changes)
@@ -290,8 +367,10 @@ def _sub_function(fn: Function, lo: int, hi: int, outputs: list[int], k: int) ->
     return Function(f"{fn.name}_g{k}", params, body, list(outputs), types)
 
 
-def fuse(fn: Function, all_results: bool = False) -> list[Group]:
-    """Partition `fn.body` into fusion groups (see the module docstring for the rules)."""
+def fuse(fn: Function, all_results: bool = False, *, backend: str | None = "c",
+         eager_math: bool = True) -> list[Group]:
+    """Partition `fn.body` into fusion groups (see the module docstring for the rules); an
+    instruction joins a group only where `fusible` says it fuses on `backend`."""
     last_use: dict[int, int] = {}
     for i, ins in enumerate(fn.body):
         for r in ins.regs():
@@ -301,7 +380,7 @@ def fuse(fn: Function, all_results: bool = False) -> list[Group]:
     while i < n:
         limit = n
         while True:
-            g = _scan(fn, i, limit)
+            g = _scan(fn, i, limit, backend, eager_math)
             if g.end == i:  # not fusible: a group of its own
                 break
             bad = _unfit_load(fn, g, last_use, all_results)

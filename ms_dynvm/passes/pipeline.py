@@ -6,7 +6,12 @@ dce first so the later passes see less; cse before simplify so equal subexpressi
 fold after simplify (simplify leaves splat producers in place, fold turns splat chains into single
 `fill`s); a final dce removes what cse/simplify/fold made dead. Shape generalisation (`shapes`),
 fusion (`fuse`) and memory planning (`memplan`) are not `Function -> Function` rewrites and run
-after this pipeline, in the executor.
+apart, in the executor.
+
+The product runs it: tier 1 sends every group through PIPELINE after generalising it, before it
+compiles (`jit.compile.optimize`). Every pass keeps each value bit for bit (NaN payloads aside),
+keeps the params, and keeps the outputs' positions (an output may become another register holding
+the same value), which is all a kernel's calling convention needs.
 
 Debugging (`DYNVM_DEBUG`): >= 1 runs the verifier after every pass (as `verify_each=True` does), and
 names the pass that broke the IR; >= 3 logs the IR after every pass on the `ms_dynvm.passes` logger.

@@ -115,6 +115,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg, format_instr
 from ms_dynvm.bytecode.types import Sym, TensorType
+from ms_dynvm.numerics import ms_sum_order  # (re-exported: shared with codegen.spec)
 
 
 class InterpreterError(RuntimeError):
@@ -913,27 +914,6 @@ def _finish(r, x: np.ndarray, axes, keepdims: bool) -> np.ndarray:
     """Reshape a reduction computed with keepdims=True to the requested form."""
     r = np.asarray(r)
     return r if keepdims else r.reshape([d for i, d in enumerate(x.shape) if i not in axes])
-
-
-def ms_sum_order(op: str, rank: int, axes: tuple, shape=None) -> str | None:
-    """The order MindSpore 2.10 CPU adds a float32 sum or mean over `axes` (normalised, sorted) of a
-    rank-`rank` tensor in (measured bit-equal over shapes and axes, session 15), named as the
-    kernels' Step.order (codegen/spec.py), or None where it adds in float64 and rounds once: along
-    the last axis of a matrix "ms8r" (8 partial sums over the whole blocks of 8, added in lane order,
-    then the rest one by one); a sum (not a mean) along the first axis of a tensor of rank >= 2
-    "seq" (in index order), the reduced axes of size 1 (`shape`, when given) left out: a full sum of
-    an [n, 1] tensor is one along its first axis (measured, session 16: [250, 1], [250, 1, 1] and
-    [50, 1, 1, 1] over every axis, [250, 1, 3] over (0, 1); [1, 250], [1, 250, 1] and [37, 37] stay in
-    float64; a helper's round found served and interpreted `(x*x).sum()` of an [n, 1] tensor 1 ulp
-    off). A mean is that sum, rounded, over n in float32 (its first-axis form stays in float64).
-    (A symbolic dim is never 1: signatures specialise sizes 0 and 1.)"""
-    if rank == 2 and tuple(axes) == (1,):
-        return "ms8r"
-    if op == "sum" and rank >= 2:
-        eff = tuple(a for a in axes if shape is None or not (isinstance(shape[a], int) and shape[a] == 1))
-        if tuple(axes) == (0,) or eff == (0,):
-            return "seq"
-    return None
 
 
 def _sum_f32_ms(op: str, x: np.ndarray, axes: tuple) -> np.ndarray:

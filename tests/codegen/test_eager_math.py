@@ -42,7 +42,7 @@ def _compare(y: np.ndarray, ref: np.ndarray):
     # Results within 4x of the smallest normal float (exp below x = -86) count as the same when both
     # are that small: there eager's last bits depend on what ran before in the process (its worker
     # threads' state): run after tests/runtime/test_interpreter.py, exp's share fell to 0.9987, all of
-    # it at x < -86.9, 1 ulp apart or flushed (measured, session 16)
+    # it at x < -86.9, 1 ulp apart or flushed (measured)
     tiny = 4 * np.finfo(np.float32).tiny
     same |= (np.abs(ref) < tiny) & (np.abs(y) < tiny)
     with np.errstate(all="ignore"):
@@ -159,7 +159,7 @@ def test_fused_softmax_equals_eager(cache, shape, axis):
     assert _ulps(r, eager) == 0
     if axis != len(shape) - 1:
         # ms_dynvm's own softmax (its exp, a float64 sum, e / sum) is a few ulp away along these axes
-        # (measured 3-7 here; with MindSpore's last-axis exp in its place, as before session 9, 60-90).
+        # (measured 3-7 here; with MindSpore's last-axis exp in its place, 60-90).
         (own,) = compile_group(fn, cache=cache, eager_math=False)([x])
         assert _ulps(own, eager) > 0
 
@@ -282,8 +282,8 @@ def test_fused_float16_unary_equals_eager_on_every_float16(cache, op):
     # log f16(x + 1), f16(log x) / f16(ln 2)); the others run the float32 form and round once. Fused
     # float16 kernels follow the same steps under eager_math, bit-equal to eager on every finite
     # float16 (rounding once instead differed on 13-43% of values for the first six); tier 1 fuses
-    # float16 groups of these ops (tier1.F16_EAGER_MATH_OK). The interpreter follows too (tan, erfc
-    # and erf were 2 values off each before session 19's last fixes: rounded once from float64).
+    # float16 groups of these ops (codegen.capability.F16_EAGER_MATH_OK). The interpreter follows too
+    # (for tan, erfc and erf, rounding once from float64 is 2 values off each).
     ms = pytest.importorskip("mindspore")
     from mindspore import ops
 
@@ -334,7 +334,7 @@ def test_grads_equal_eager(cache, op, dtype):
 def test_fused_float16_softmax_equals_eager(cache, shape, axis):
     # MindSpore 2.10 CPU's float16 softmax: d = f16(x - max), e = f16(expf(d)) with the C library's
     # expf, their sum in float32 rounded to float16, y = f16(e / sum) (the interpreter's); the fused
-    # kernel follows it under eager_math (it used to compute in float32 and round once: off on about
+    # kernel follows it under eager_math (computing in float32 and rounding once is off on about
     # half of the values). A NaN and an inf in two rows make them NaN.
     ms = pytest.importorskip("mindspore")
     from mindspore import ops

@@ -13,6 +13,7 @@ from mindspore import ops  # noqa: E402
 
 import ms_dynvm  # noqa: E402
 from ms_dynvm import codegen, dtypes  # noqa: E402
+from ms_dynvm.codegen import capability  # noqa: E402
 from ms_dynvm.frontend import dispatch  # noqa: E402
 from ms_dynvm.runtime.interpreter import _exp_ms, _tanh_ms, run_instr  # noqa: E402
 
@@ -65,6 +66,8 @@ def ref_backend(monkeypatch):
 
     monkeypatch.setattr(codegen, "supports", lambda fn: (True, ""), raising=False)
     monkeypatch.setattr(codegen, "compile_group", compile_group, raising=False)
+    # (the interpreter computes every op: the C backend's capability table does not apply)
+    monkeypatch.setattr(capability, "computes", lambda ins, types: None)
     ms_dynvm.disable()
     ms_dynvm.reset_stats()
     dispatch.forget_compiled()
@@ -269,9 +272,9 @@ def test_a_different_scalar_constant_is_not_served_the_recorded_one(ref_backend)
 
 
 def test_one_prepared_launch_per_input_layout(ref_backend, monkeypatch):
-    from ms_dynvm.frontend import tier1
+    from ms_dynvm.jit import launch
 
-    monkeypatch.setattr(tier1, "MAX_LAUNCHES_PER_GROUP", 3)
+    monkeypatch.setattr(launch, "MAX_LAUNCHES_PER_GROUP", 3)
     ms_dynvm.enable(compile_policy="threshold")
     sizes = (4, 6, 9, 4, 6, 9, 4, 6, 5, 7, 8, 4)
     got = []
@@ -732,7 +735,7 @@ def test_a_0d_constant_that_changes_with_the_data_splits_the_run(ref_backend):
 def test_a_sync_right_after_a_cell_drops_the_program_and_a_run_never_outlives_it():
     """A sync point right after a top-level Cell call (no block open) still drops the Program, and
     when a Program is replaced at a Cell boundary (grown past max_block_ops) a run open across that
-    boundary ends first: no bookkeeping error (it used to be a KeyError every few thousand ops)."""
+    boundary ends first: no bookkeeping error (a KeyError every few thousand ops otherwise)."""
     ms_dynvm.disable()
     dispatch.forget_compiled()
     ms_dynvm.reset_stats()
@@ -940,7 +943,7 @@ def test_a_scalar_of_another_type_or_zero_sign_is_not_served_the_recorded_one(re
 def test_runs_inside_a_mixed_precision_cell_are_neither_learned_nor_served():
     """Under a Cell's mixed-precision type MindSpore casts legacy primitives' inputs after dispatch;
     tier 1's run templates are not keyed by that type, so it neither tracks nor serves ops there (a
-    review found a run learned inside a to_float(float16) Cell served outside it: float16 results
+    run learned inside a to_float(float16) Cell and served outside it would give float16 results
     where eager gives float32). Outside, the same ops are fused and served as usual."""
     from mindspore import nn
     from mindspore.ops import operations as P
@@ -979,7 +982,7 @@ def test_runs_inside_a_mixed_precision_cell_are_neither_learned_nor_served():
 def test_float16_groups_with_mindspore_steps_are_compiled_and_bit_equal():
     """Under eager_math the kernels follow MindSpore's float16 kernels for sigmoid, silu, softmax,
     tanh, exp, rsqrt ... (tests/codegen/test_eager_math.py), so float16 groups holding them are
-    compiled and served (before session 19 every such group ran eagerly), bit-equal to eager."""
+    compiled and served, bit-equal to eager."""
     def f(x):
         y = ops.sigmoid(x) * x
         y = ops.softmax(y, -1) + ops.silu(x)
@@ -1003,7 +1006,7 @@ def test_float16_groups_with_mindspore_steps_are_compiled_and_bit_equal():
 def test_log_softmax_is_left_to_eager_under_eager_math():
     """MindSpore CPU's LogSoftmax (oneDNN's) is not reproduced: under eager_math tier 1 does not fuse
     it, so a log_softmax loss and its gradient stay bit-equal to eager while the ops around it are
-    fused (a helper's repro, session 19: served, the loss was 3.8e-5 off and the gradient 9.3e-6);
+    fused (served, the loss of this repro was 3.8e-5 off and the gradient 9.3e-6);
     with eager_math off it is fused too (ms_dynvm's own log_softmax, within tolerance)."""
     gf = ms.value_and_grad(lambda x: (ops.log_softmax(x * 1.5 + 0.5, axis=-1) * x).sum(), 0)
     rng = np.random.default_rng(18)
@@ -1026,3 +1029,32 @@ def test_log_softmax_is_left_to_eager_under_eager_math():
                 else:
                     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     assert 0 < fused[True] < fused[False], fused
+
+
+def test_groups_go_through_the_pass_pipeline_and_stay_bit_equal(tmp_path, monkeypatch):
+    """Tier 1 sends each group through `passes.pipeline` before it compiles (`jit.compile`): two
+    equal ops of a run are computed once in the kernel (cse), every op still gets its result, and
+    the results are eager's bit for bit."""
+    _gcc_cache(tmp_path, monkeypatch)
+
+    def f(x):
+        a = x * 0.5
+        b = x * 0.5
+        return (a + b) * b, a
+
+    xs = [ms.Tensor(np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)) for n in (4, 6, 9) * 4]
+    want = [[o.asnumpy() for o in f(x)] for x in xs]
+    ms_dynvm.enable(compile_policy="threshold", step_switch=False)
+    try:
+        got = [[o.asnumpy() for o in f(x)] for x in xs]
+        entries = [e for t in dispatch._S.mode.tier1.templates.values() for e in t.kernels.values()]
+        st = ms_dynvm.stats()
+    finally:
+        ms_dynvm.disable()
+    assert st["fused_ops"] > 0 and entries, st
+    muls = [sum(ins.op == "mul" for ins in e.fn.body) for e in entries]
+    assert any(len(e.fn.outputs) == 4 and m == 2 for e, m in zip(entries, muls)), [
+        e.fn.as_text() for e in entries]
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()

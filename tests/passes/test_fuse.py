@@ -215,3 +215,68 @@ def test_views_of_inputs_are_loads():
 def test_empty_function():
     fn = parse("func @t(%0 : f32[4]) {\n  return %0\n}")
     assert fuse(fn) == []
+
+
+# --- the fusibility rule ------------------------------------------------------------------------
+def _one_op(text):
+    fn = parse(text)
+    return fn.body[0], fn.types
+
+
+def test_fusible_by_op_name():
+    from ms_dynvm.passes.fuse import fusible, fusible_ops
+
+    assert fusible("exp") and fusible("softmax") and fusible("reshape")
+    assert not fusible("matmul") and not fusible("dropout")  # a library call; an RNG draw
+    assert not fusible("softmax_grad")  # a loop could, the C backend does not: the backend decides
+    assert fusible("softmax_grad", backend=None)
+    # MindSpore's LogSoftmax (oneDNN's) is not reproduced: fused only without eager_math
+    assert not fusible("log_softmax") and fusible("log_softmax", eager_math=False)
+    assert "log_softmax" not in fusible_ops() and "log_softmax" in fusible_ops(eager_math=False)
+    assert fusible("matmul").reason
+
+
+def test_fusible_by_instruction_and_types():
+    from ms_dynvm.passes.fuse import fusible
+
+    ins, types = _one_op("""
+    func @g(%0 : f32[4,8]) {
+      %1 : f32[4,8] = exp(%0)
+      return %1
+    }""")
+    assert fusible(ins, types)
+    ins, types = _one_op("""
+    func @g(%0 : f64[4,8]) {
+      %1 : f64[4,8] = exp(%0)
+      return %1
+    }""")
+    v = fusible(ins, types)
+    assert not v and "f64" in v.reason  # no vectorised f64 math in the C backend
+    assert fusible(ins, types, backend=None)
+    ins, types = _one_op("""
+    func @g(%0 : f16[4,8]) {
+      %1 : f16[4,8] = exp(%0)
+      return %1
+    }""")
+    assert fusible(ins, types)  # eager_math: the kernels follow MindSpore's float16 exp
+    assert not fusible(ins, types, eager_math=False)  # float32 rounded once: not eager's bits
+    ins, types = _one_op("""
+    func @g(%0 : bf16[4,8]) {
+      %1 : bf16[4,8] = neg(%0)
+      return %1
+    }""")
+    assert fusible(ins, types).reason == "bfloat16 tensors"
+
+
+def test_the_fuse_pass_asks_the_rule():
+    fn = parse("""
+    func @g(%0 : f64[4,8]) {
+      %1 : f64[4,8] = mul(%0, 2.0)
+      %2 : f64[4,8] = exp(%1)
+      %3 : f64[4,8] = add(%2, 1.0)
+      return %3
+    }""")
+    kinds = [(g.kind, g.instrs) for g in fuse(fn)]
+    # f64 exp is not computed by the C backend: a group of its own, between the other two
+    assert kinds == [("elementwise", [0]), ("single", [1]), ("elementwise", [2])], kinds
+    assert [(g.kind, g.instrs) for g in fuse(fn, backend=None)] == [("elementwise", [0, 1, 2])]
