@@ -195,6 +195,10 @@ def _compiled(ins, attrs, types):
     (static) shape, or None (`jit/kernels.py`)."""
     if ins.op not in _kernels.SLOW_ELEMENTWISE or len(ins.outs) != 1:
         return None
+    from ms_dynvm.passes.fuse import fusible  # (the one rule: does this fuse, on the C backend)
+
+    if not fusible(ins, types):
+        return None
     shape = tuple(types[ins.outs[0]].shape)
     regs = [int(a) for a in ins.args if isinstance(a, Reg)]
     if not regs or any(tuple(types[r].shape) != shape for r in regs) or \
