@@ -4,13 +4,15 @@ planned program (`ms_dynvm/jit/replay.py`), called once, with no per-op dispatch
 
 Per region and input signature (per flattened argument: dtype and shape of a tensor, type and value
 of a Python scalar), calls go through three states:
-- learn: the call runs eagerly inside a recording (`dispatch.record`), `LEARN_CALLS` times. Each
-  recording is turned into a plan candidate; the region is replayable when no recording ended a
-  block at a sync point (a tensor's value read by Python, a graph-mode call), every recording gives
-  the same program (text, roles of the inputs, outputs), no input is written in place, and no
-  Python state of the cells it called changed across a recorded call (their plain attributes:
-  numbers, strings, bools, None; MindSpore's own Cell bookkeeping excluded). Otherwise the reason
-  is counted (`regions_not_replayable`) and the signature runs eagerly from then on.
+- learn: the call runs eagerly inside a recording (`dispatch.record`), `LEARN_CALLS` times for the
+  first signature of a family, once for a further signature of an established family (`_learn`).
+  Each recording is turned into a plan candidate; the region is replayable when no recording ended
+  a block at a sync point (a tensor's value read by Python, a graph-mode call), the recordings of
+  a signature give the same program (text, roles of the inputs, outputs, the values of tensors of
+  no recorded origin), no input is written in place, and no Python state of the cells it called
+  changed across a recorded call (their plain attributes: numbers, strings, bools, None;
+  MindSpore's own Cell bookkeeping excluded). Otherwise the reason is counted
+  (`regions_not_replayable`) and the signature runs eagerly from then on.
 - replay: guards (`_Entry.guard`) check that every parameter is the same Parameter object with
   the same storage, and that the Python state of the cells equals the recorded one; any failure is
   counted by reason (`region_guard_failures`), runs the call eagerly, and sends the signature back
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import re
 import statistics
 import threading
@@ -333,7 +336,7 @@ class Region:
         self.entries: dict = {}
         self.calls = 0
         self.cell = None  # the Cell, for a Cell region
-        self.families: dict = {}  # _family(key) -> recordings that agreed with it
+        self.families: dict = {}  # _family(key) -> True: established (see Regions._learn)
         self.replays = 0  # over all signatures: re-verification is per region (REVERIFY_AT)
         self.excluded = False
 
@@ -504,9 +507,10 @@ class Regions:
         return arrays
 
     def _learn(self, region: Region, entry: _Entry, run, flat: list):
-        """A learning call. Recordings count per signature family (`_family`: the program with its
-        sizes abstracted): a signature is replayed once LEARN_CALLS recordings of its family agree,
-        at this signature or at others; two recordings at one signature must agree exactly."""
+        """A learning call. A signature is installed once LEARN_CALLS recordings of it agree exactly
+        (program, roles, outputs, the values of tensors of no recorded origin); that establishes its
+        family (`_family`: the program with its sizes abstracted), and a further signature of an
+        established family is installed after one recording."""
         out, lr, why = self._record(region, run, flat)
         if why is None:
             entry.eager_s = min(entry.eager_s, lr.seconds)
@@ -514,9 +518,9 @@ class Regions:
                 why = "recordings differ"
         if why is None:
             fam = _family(lr.key)
-            region.families[fam] = region.families.get(fam, 0) + 1
             entry.learned.append(lr)
-            if region.families[fam] >= LEARN_CALLS:
+            if fam in region.families or len(entry.learned) >= LEARN_CALLS:
+                region.families[fam] = True
                 entry.install(lr)
                 entry.learned = []
                 METRICS.region_compiles += 1
@@ -682,8 +686,11 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             # MindSpore made inside the call) must have the same value in every recording.
             in_regs.append(r)
             roles.append(("held", t))
-            if value.size <= _CONST_MAX:
-                consts.append((r, value.tobytes()))
+            # Its value is part of the key: a tensor the function makes anew with other values at
+            # every call (random noise from NumPy) makes two recordings disagree, where reading the
+            # recorded tensor again would replay stale values.
+            consts.append((r, value.tobytes() if value.size <= _CONST_MAX
+                           else hashlib.sha1(value.tobytes()).hexdigest()))
     outs: list = []
     out_spec = _out_spec(out, outs)
     out_regs = []

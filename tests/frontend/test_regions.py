@@ -477,3 +477,20 @@ def test_replayed_erf_gelu_is_eager_bit_for_bit(vm):
     want = net(x).asnumpy()
     np.testing.assert_array_equal(outs[-1], want)
     ms_dynvm.enable(regions=True, step_switch=False)
+
+
+def test_a_tensor_made_anew_with_other_values_every_call_is_not_replayed(vm):
+    """Noise drawn with NumPy inside the region enters the recording as a tensor of no recorded
+    origin: its values differ between the recordings, so the region is not replayed (holding the
+    recorded tensor would replay stale noise)."""
+    rng = np.random.default_rng(0)
+
+    @ms_dynvm.jit
+    def f(x):
+        return x + ms.Tensor(rng.standard_normal(x.shape).astype(np.float32))
+
+    x = ms.Tensor(np.zeros((4, 8), np.float32))
+    outs = [f(x).asnumpy() for _ in range(6)]
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] == 0 and s["regions_not_replayable"] == {"recordings differ": 1}, s
+    assert len({o.tobytes() for o in outs}) == 6
