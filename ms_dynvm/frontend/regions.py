@@ -55,6 +55,7 @@ import re
 import statistics
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 from mindspore import Parameter, Tensor, nn
@@ -187,21 +188,50 @@ class _Entry:
         self.dts = [np.dtype(d) for d in lr.plan.in_dts]
         self.shapes = lr.plan.in_shapes
         self.param_views = []
+        guards = []
         for k, (role, obj) in enumerate(self.roles):
             if role == "param":
-                self.param_views.append([k, obj, obj._data_ptr(), _view(obj, self.dts[k], self.shapes[k])])
+                ptr = obj._data_ptr()
+                self.param_views.append([k, obj, ptr, _view(obj, self.dts[k], self.shapes[k])])
+                guards.append(RegionGuard("storage", obj, (ptr, self.shapes[k], str(obj.dtype))))
+        for cell, state in self.cells:
+            guards.append(RegionGuard("training", cell, dict(state).get("training")))
+            guards.append(RegionGuard("state", cell, state))
+        self.guards = tuple(guards)
         self.state = "replay"
 
     def guard(self) -> str | None:
-        """None where the plan may run, else the reason."""
-        for pv in self.param_views:
-            p = pv[1]
-            if p._data_ptr() != pv[2] or tuple(p.shape) != self.shapes[pv[0]]:
-                return "parameter storage"
-        for cell, state in self.cells:
-            if _plain_state(cell) != state:
-                return "training flag" if cell.training != dict(state).get("training") else "python state"
-        return None
+        """None where the plan may run, else the reason (`check_guards`)."""
+        return check_guards(self.guards)
+
+
+class RegionGuard(NamedTuple):
+    """One check a replay makes, as data: `kind` "storage" (a Parameter's data pointer, shape and
+    dtype equal `value`), "training" (a cell's training flag), "state" (a cell's plain Python
+    attributes, `_plain_state`). The input signature is the key of the plan, not a guard; grad mode
+    is checked where a Cell call starts (`Regions.cell_call`)."""
+
+    kind: str
+    obj: object
+    value: object
+
+
+_GUARD_REASON = {"storage": "parameter storage", "training": "training flag", "state": "python state"}
+
+
+def check_guards(guards: tuple) -> str | None:
+    """The reason of the first failing guard (counted by the caller), or None."""
+    for g in guards:
+        k, o = g.kind, g.obj
+        if k == "storage":
+            ok = (o._data_ptr(), tuple(o.shape), str(o.dtype)) == g.value
+        elif k == "training":
+            ok = o.training == g.value
+        else:
+            ok = _plain_state(o) == g.value
+        if not ok:
+            return _GUARD_REASON[k]
+    return None
 
 
 class _OptState:
