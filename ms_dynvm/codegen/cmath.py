@@ -59,7 +59,7 @@ results are eager's: bit-identical on 94-100% of float32 inputs per op, within r
 against the true functions is MindSpore's (exp 2e-5 relative above |x| = 38, tanh 1e-4 near |x| = 5).
 `fast_math` uses Taylor polynomials of degree 5 for exp (so sigmoid, softplus) and 6 for expm1 (looser,
 not measured; tanh, erf, erfc and gelu are unchanged); `strict_ieee` replaces all of these by libm
-calls (see c.py). profiling/bench_math.py times each function.
+calls (see c.py). profiling/bench/bench_math.py times each function.
 """
 
 from __future__ import annotations

@@ -320,7 +320,7 @@ def _unary(op: str):
 
 def _f32_scalar_for_f64(t, v):
     """A Python float `v` taken by a scalar-form op (Muls, Divs, EqScalar, ClampScalar, pow...) or
-    a legacy binary primitive (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured session 19)
+    a legacy binary primitive (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured)
     with the float64 tensor `t`: MindSpore 2.10 holds the scalar as a float32 (measured: f64
     `t * 0.1` multiplies by 0.10000000149011612; an int stays exact), so the VM does too. Other
     dtypes compute in float32 or narrower anyway: `v` unchanged (so tier 1's size-derived scalars,
@@ -1630,7 +1630,7 @@ def _real_div(a, prim):
     """Legacy RealDiv of integers (tensors, or a tensor and a Python int; an integer with a bool,
     either side, too; bool with bool is refused) stays integer in MindSpore 2.10: the quotient
     truncated, by zero the dtype's max for x > 0, min for x < 0 and 0 for 0 (measured for
-    int8/32/64 and uint8, session 19): the VM's trunc_div. Else `div`."""
+    int8/32/64 and uint8): the VM's trunc_div. Else `div`."""
     kinds = [_int_or_bool(v) for v in a]
     if None not in kinds and "int" in kinds:
         return _trunc_div(a, None)

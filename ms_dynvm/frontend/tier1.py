@@ -114,8 +114,8 @@ FUSIBLE = (
     - frozenset({"dropout"}) - SIZED_VIEWS
 )
 # Under eager_math (the default) log_softmax is not fused: MindSpore CPU's LogSoftmax is oneDNN's,
-# with its own exp, log and summation order, not reproduced (README, "Not supported"), and a served
-# one is up to ~5e-6 off eager, which training amplifies (a helper's held-out round, session 19:
+# with its own exp, log and summation order, not reproduced (docs/numerics.md), and a served
+# one is up to ~5e-6 off eager, which training amplifies (measured:
 # 140 Momentum steps of a log_softmax loss, final parameters up to 3e-3 relative off eager).
 FUSIBLE_EAGER_MATH = FUSIBLE - frozenset({"log_softmax"})
 # ... and its backward, LogSoftmaxGrad, which the recorder lowers to dy - exp(y) * sum(dy) (ops
@@ -152,8 +152,8 @@ F16_AS_EAGER_ONLY = frozenset({
 
 # ... of which, under `eager_math`, the kernels follow MindSpore's float16 kernels (their float16
 # steps, or the float32 form rounded once), measured bit-equal to eager on every finite float16 for
-# the unary ops and on 6,000 values with NaN/inf for the others (tests/codegen/test_eager_math.py,
-# session 19): these groups are compiled there. (gelu, gelu_grad: their tanh form, MindSpore CPU's
+# the unary ops and on 6,000 values with NaN/inf for the others (tests/codegen/test_eager_math.py):
+# these groups are compiled there. (gelu, gelu_grad: their tanh form, MindSpore CPU's
 # only one.)
 F16_EAGER_MATH_OK = frozenset({
     "exp", "expm1", "log1p", "tanh", "sigmoid", "silu", "softmax", "erfc", "rsqrt", "reciprocal", "sin",
@@ -1561,7 +1561,7 @@ def _pool_for(opts):
     (`ms_dynvm.runtime.memory_pool`), bounded by a soft cap: a block goes back when no tensor or
     array over it is left, and is reused after the next launch (a safe point). Per call it costs
     about what fresh arrays cost (`profiling/breakdown_tier1.py` runs both side by side), and the
-    memory it holds stays bounded (`profiling/bench_pool_soak.py`), as does the C heap around it
+    memory it holds stays bounded (`profiling/bench/bench_pool_soak.py`), as does the C heap around it
     (`pool_heap_trim_mb`)."""
     if not opts.pool_results:
         return _FreshArrays

@@ -42,7 +42,7 @@ def _compare(y: np.ndarray, ref: np.ndarray):
     # Results within 4x of the smallest normal float (exp below x = -86) count as the same when both
     # are that small: there eager's last bits depend on what ran before in the process (its worker
     # threads' state): run after tests/runtime/test_interpreter.py, exp's share fell to 0.9987, all of
-    # it at x < -86.9, 1 ulp apart or flushed (measured, session 16)
+    # it at x < -86.9, 1 ulp apart or flushed (measured)
     tiny = 4 * np.finfo(np.float32).tiny
     same |= (np.abs(ref) < tiny) & (np.abs(y) < tiny)
     with np.errstate(all="ignore"):
@@ -159,7 +159,7 @@ def test_fused_softmax_equals_eager(cache, shape, axis):
     assert _ulps(r, eager) == 0
     if axis != len(shape) - 1:
         # ms_dynvm's own softmax (its exp, a float64 sum, e / sum) is a few ulp away along these axes
-        # (measured 3-7 here; with MindSpore's last-axis exp in its place, as before session 9, 60-90).
+        # (measured 3-7 here; with MindSpore's last-axis exp in its place, 60-90).
         (own,) = compile_group(fn, cache=cache, eager_math=False)([x])
         assert _ulps(own, eager) > 0
 
@@ -283,7 +283,7 @@ def test_fused_float16_unary_equals_eager_on_every_float16(cache, op):
     # float16 kernels follow the same steps under eager_math, bit-equal to eager on every finite
     # float16 (rounding once instead differed on 13-43% of values for the first six); tier 1 fuses
     # float16 groups of these ops (tier1.F16_EAGER_MATH_OK). The interpreter follows too (tan, erfc
-    # and erf were 2 values off each before session 19's last fixes: rounded once from float64).
+    # and erf rounded once from float64 were 2 values off each).
     ms = pytest.importorskip("mindspore")
     from mindspore import ops
 

@@ -1,9 +1,9 @@
 """Every float32 math function of the kernels vectorises: compiled exactly as a generated kernel
 uses it (a `y[i] = f(x[i])` loop over restrict pointers, `gcc.flags()`), GCC must report the loop
 vectorised (`-fopt-info-vec-optimized`). A scalar loop is a silent 4-8x slowdown with unchanged
-results, which no value test sees: session 8's MindSpore-formula exp (`eager_math`, the default)
-held a float -> int32 cast that kept every loop calling it (exp, sigmoid, silu, elu, mish) scalar,
-and the chain benchmark's exp kernel took ~220 us at 72 x 784 instead of ~40."""
+results, which no value test sees: a float -> int32 cast in the MindSpore-formula exp (`eager_math`, the
+default) once kept every loop calling it (exp, sigmoid, silu, elu, mish) scalar, and the chain
+benchmark's exp kernel took ~220 us at 72 x 784 instead of ~40."""
 
 from __future__ import annotations
 

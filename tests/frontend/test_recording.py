@@ -143,8 +143,7 @@ def test_addcmul_casts_its_value_to_the_dtype_of_x_and_gather_d_on_0d():
 @pytest.mark.parametrize("eager_math", [True, False])
 def test_float16_transcendentals_stay_bit_equal_to_eager(eager_math):
     """float16 sigmoid/softmax/tanh/exp: MindSpore rounds inner steps in float16 (or runs its float32
-    formula and rounds once). Under eager_math the kernels follow it and such groups are fused (since
-    session 19); without, tier 1 leaves them to eager (counted). Either way results are bit-equal to
+    formula and rounds once). Under eager_math the kernels follow it and such groups are fused; without, tier 1 leaves them to eager (counted). Either way results are bit-equal to
     eager, and float16 arithmetic is fused."""
     from mindspore import ops
 
@@ -330,7 +329,7 @@ def test_record_across_writes_to_its_inputs():
         y.copy_(ms.Tensor(np.full((2, 2), 7.0, np.float32)))  # an in-place op (dispatched)
         z3 = y * 1
     assert len(written.warnings) == 1 and "input tensor was written" in written.warnings[0]
-    # (every input's value is copied when the program first reads it: since session 13)
+    # (every input's value is copied when the program first reads it)
     assert sorted(written._snaps) == list(range(len(written.inputs))) and float(z3.asnumpy()[0, 0]) == 7.0
     got = ms_dynvm.interpret(written.program, written.input_arrays())
     for t in (z, z2, z3):
@@ -831,8 +830,7 @@ def test_interpret_reruns_opaque_calls_through_mindspore(tmp_path):
 
 def test_interpret_replays_0d_operands_and_survives_a_failed_call_record(monkeypatch):
     """The replay keeps a 0-d operand 0-d (Erfinv of a sum), and a call whose recording failed
-    (the first cummax, made to fail here; uint16 did until session 16, when such dtypes became
-    storage-only, recorded as opaque calls), counted in rec.errors, does not shift the later calls'
+    (the first cummax, made to fail here), counted in rec.errors, does not shift the later calls'
     arguments (they are keyed by their result registers, not by their position): a held-out review
     found interpret rerunning the second cummax with the first one's axis and dtype."""
     from mindspore import ops
@@ -907,8 +905,8 @@ def test_storage_only_unsigned_dtypes_are_opaque_calls(tmp_path):
 
 def test_float64_tensor_with_python_float_in_legacy_primitives():
     """MindSpore 2.10 holds a Python float combined with a float64 tensor as a float32, in the
-    legacy primitives too (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured, session 19; the VM
-    used the double there, and every value was off eager); the recorded program gives eager's bits."""
+    legacy primitives too (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured; a VM
+    using the double there was off eager on every value); the recorded program gives eager's bits."""
     from mindspore import ops
     from mindspore.ops import operations as P
 

@@ -979,7 +979,7 @@ def test_runs_inside_a_mixed_precision_cell_are_neither_learned_nor_served():
 def test_float16_groups_with_mindspore_steps_are_compiled_and_bit_equal():
     """Under eager_math the kernels follow MindSpore's float16 kernels for sigmoid, silu, softmax,
     tanh, exp, rsqrt ... (tests/codegen/test_eager_math.py), so float16 groups holding them are
-    compiled and served (before session 19 every such group ran eagerly), bit-equal to eager."""
+    compiled and served, bit-equal to eager."""
     def f(x):
         y = ops.sigmoid(x) * x
         y = ops.softmax(y, -1) + ops.silu(x)
@@ -1003,7 +1003,7 @@ def test_float16_groups_with_mindspore_steps_are_compiled_and_bit_equal():
 def test_log_softmax_is_left_to_eager_under_eager_math():
     """MindSpore CPU's LogSoftmax (oneDNN's) is not reproduced: under eager_math tier 1 does not fuse
     it, so a log_softmax loss and its gradient stay bit-equal to eager while the ops around it are
-    fused (a helper's repro, session 19: served, the loss was 3.8e-5 off and the gradient 9.3e-6);
+    fused (served, a repro's loss was 3.8e-5 off and its gradient 9.3e-6);
     with eager_math off it is fused too (ms_dynvm's own log_softmax, within tolerance)."""
     gf = ms.value_and_grad(lambda x: (ops.log_softmax(x * 1.5 + 0.5, axis=-1) * x).sum(), 0)
     rng = np.random.default_rng(18)

@@ -1084,7 +1084,7 @@ def test_layer_norm_bit_equal_to_mindspore(mst, dt):
     then ((x - mean) / sqrt(var + eps)) * gamma + beta with every step rounded to x's type. The
     interpreter gives the same bits (float16: it used to round the statistics to float16, 1e-4 off
     in amp O1/O2 programs; float32: computing y in double and rounding once was 1-8 ulp off on about
-    half of the elements, measured session 19). One NaN, inf or 0 per tensor."""
+    half of the elements, measured). One NaN, inf or 0 per tensor."""
     rng = np.random.default_rng(11 if dt == np.float16 else 12)
     for _ in range(30):
         nd = int(rng.integers(1, 4))

@@ -15,7 +15,7 @@ Sides, in one process, interleaved (the order alternates every round), blocking 
 Each side warms up first (compiles, the switch's first samples), then R rounds of N calls each;
 reported: median per-call time per side, and eager / side.
 
-    python profiling/bench_plain_loop.py [--rounds 9] [--calls 30] [--warmup 40]
+    python profiling/bench/bench_plain_loop.py [--rounds 9] [--calls 30] [--warmup 40]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("DYNVM_COMPILE_ASYNC", "0")  # kernels in place before the timed part
 import numpy as np  # noqa: E402
 

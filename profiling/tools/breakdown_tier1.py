@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Kernels compile synchronously here (inside the call that makes a group hot), so that the
 # warm-up ends with every kernel in place; ms_dynvm's default compiles in the background.

@@ -1,6 +1,6 @@
 """Broad differential fuzz of ms_dynvm against MindSpore eager.
 
-    python profiling/fuzz_ops.py SEED N [--nan] [--grad] [--only i,j] [--src] [--verbose] [--no-bf16]
+    python profiling/fuzz/fuzz_ops.py SEED N [--nan] [--grad] [--only i,j] [--src] [--verbose] [--no-bf16]
                                  [--prog-timeout S]
 
 --nan: NaN/+inf/-inf in some float inputs; --grad: also value_and_grad; --only: run only these program
@@ -65,7 +65,7 @@ import traceback
 
 os.environ.setdefault("GLOG_v", "3")
 os.environ.setdefault("DYNVM_CACHE_DIR", "/tmp/fuzz_repros/kcache")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import numpy as np  # noqa: E402
 import mindspore as ms  # noqa: E402
 from mindspore import mint, nn, ops  # noqa: E402

@@ -14,7 +14,7 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # Kernels compile synchronously here (inside the call that makes a group hot), so that the
 # warm-up ends with every kernel in place; ms_dynvm's default compiles in the background.
 os.environ.setdefault("DYNVM_COMPILE_ASYNC", "0")
