@@ -605,8 +605,9 @@ def _log_softmax_ext(a, prim):
 
 def _log_softmax_grad(a, prim):
     # d/dx log_softmax: dx = dy - exp(y) * sum(dy, axis, keepdims), where MindSpore's kernel (oneDNN)
-    # takes exp(NaN) as +inf (measured: y = [nan, -1] gives -inf, +inf or NaN at the NaN for a
-    # positive, negative or zero sum of dy).
+    # on AVX-512 processors takes exp(NaN) as +inf (measured: y = [nan, -1] gives -inf, +inf or NaN
+    # at the NaN for a positive, negative or zero sum of dy); on AVX2 ones oneDNN's exp gives NaN
+    # there. The VM follows the AVX-512 rule on every processor (docs/numerics.md).
     y, dy, axis = a
     _t(y)
     _t(dy)
