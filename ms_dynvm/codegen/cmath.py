@@ -459,7 +459,7 @@ static inline float dvm_exp_cr(float x) {
    out of an fma with the subtraction.) */
 static inline float dvm_log1p_ms(float x) { return dvm_log_cr(1.0f + x); }
 static inline float dvm_expm1_ms(float x) { return (dvm_exp_cr(x) + 0.0f) - 1.0f; }
-/* The log op: MindSpore's own Log is not reproduced (README), the interpreter's is followed. */
+/* The log op: MindSpore's own Log is not reproduced (docs/numerics.md), the interpreter's is followed. */
 static inline float dvm_log_ms(float x) { return dvm_log_cr(x); }
 /* MindSpore's float32 erfc is the true function rounded (as the interpreter: bit-equal to eager,
    measured; ms_dynvm's vectorised one was 1 ulp off on 21%). (Its erf is the C library's erff, scalar:

@@ -1560,7 +1560,7 @@ def _pool_for(opts):
     """Where kernel results live. By default (`pool_results`) in the memory pool
     (`ms_dynvm.runtime.memory_pool`), bounded by a soft cap: a block goes back when no tensor or
     array over it is left, and is reused after the next launch (a safe point). Per call it costs
-    about what fresh arrays cost (`profiling/breakdown_tier1.py` runs both side by side), and the
+    about what fresh arrays cost (`profiling/tools/breakdown_tier1.py` runs both side by side), and the
     memory it holds stays bounded (`profiling/bench/bench_pool_soak.py`), as does the C heap around it
     (`pool_heap_trim_mb`)."""
     if not opts.pool_results:

@@ -2,7 +2,7 @@
 
 A script that calls plain functions in a loop has no region to anchor steps on; its steps run from
 one sync point (here each call's `asnumpy()`) to the next at least `dispatch.MIN_SYNC_STEP_S` later
-(see README "Step switch"). Three loops, the sizes changing every call:
+(see docs/architecture.md, "The step switch"). Three loops, the sizes changing every call:
 - small-matmul: `cumsum(matmul(x, m.T), 1)` on [B,16] (B in 2..8): nothing to fuse, so the VM only
   adds recording and run tracking to MindSpore's own time;
 - chain:        tanh(relu(exp(x*0.5-1)*m + x) - 0.25) on [B,784] (B in 16..128);

@@ -11,7 +11,7 @@ bf16 serving bug does not hide other classes); --prog-timeout: stop the run with
 if any mismatch. Each MISMATCH line names seed, program index, phase (enabled:b=<first dim>:rep=<call>,
 grad:..., record:values, record:errors, interp, grad_interp, record_errors), what differs, the inputs
 (dtype[shape]@layout, * = first dim varies), tags (empty-reduce: a reduction saw an empty operand,
-README's known divergence; empty-reduce?: a reduction that may see one in the first-dim-0 variant;
+docs/numerics.md's known divergence; empty-reduce?: a reduction that may see one in the first-dim-0 variant;
 alt0: a variant has first dim 0; nan-rule-op: max/min/arg/softmax ops with
 MindSpore-specific NaN rules) and the program source.
 

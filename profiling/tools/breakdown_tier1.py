@@ -30,7 +30,7 @@ bounds its speed-up from above (arithmetic and launches come on top).
 Last line (chain only): MindSpore's own threads, CPU seconds each used during a 3-second loop of
 eager ops.
 
-    python profiling/breakdown_tier1.py [--workloads chain,softmax,lngelu] [--rounds 7] [--calls 30]
+    python profiling/tools/breakdown_tier1.py [--workloads chain,softmax,lngelu] [--rounds 7] [--calls 30]
                                         [--b B] [--s S]
 """
 

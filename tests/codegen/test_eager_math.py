@@ -116,7 +116,7 @@ def test_eager_math_is_part_of_the_kernel_key():
     assert k_on != k_off and "dvm_tanh_ms" in src_on and "#define dvm_tanh_op dvm_tanh\n" in src_off
 
 
-if __name__ == "__main__":  # the table in the README ("Math"): python -m tests.codegen.test_eager_math
+if __name__ == "__main__":  # the table in docs/numerics.md: python -m tests.codegen.test_eager_math
     import tempfile
 
     _cache = KernelCache(tempfile.mkdtemp(prefix="dvm-eager-math-"))
@@ -320,7 +320,7 @@ def test_grads_equal_eager(cache, op, dtype):
     x = _specials_and_normals(npdt, seed=7)
     if (op, dtype) == ("silu_grad", "f32"):
         # (a NaN makes eager's float32 exp-based kernels compute the rest of its thread's chunk
-        # another way: README, "Not supported"; not reproduced)
+        # another way: docs/numerics.md; not reproduced)
         x = x[~np.isnan(x)]
     w = np.random.default_rng(8).standard_normal(x.size).astype(npdt) * npdt(3)
     # (SigmoidGrad: y, dy; SiLUGrad: dy, x)

@@ -902,7 +902,7 @@ def test_the_cost_model_promotes_a_kernel_in_the_disk_cache_early(tmp_path, monk
     for x, m in data:
         xa, ma = x.asnumpy().astype(np.float64), m.asnumpy().astype(np.float64)
         want = _tanh(np.maximum(_exp(xa * 0.5 - 1.0) * ma + xa, 0) - 0.25)
-        # (MindSpore's own float32 tanh, in the calls not served, is up to 1e-4 off: README)
+        # (MindSpore's own float32 tanh, in the calls not served, is up to 1e-4 off: docs/numerics.md)
         np.testing.assert_allclose(chain(x, m).asnumpy(), want, rtol=1e-5, atol=2e-4)
     st = ms_dynvm.stats()
     assert st["groups_compiled"] > 0 and st["compiles"] == 0 and st["disk_cache_hits"] > 0, st

@@ -1130,7 +1130,7 @@ def test_float32_unary_bit_equal_to_mindspore(mst):
     """float32 ops whose MindSpore formula the interpreter follows, against MindSpore on every
     bfloat16-representable float32 from 1e-30 to 3.4e38 (both signs, and 0): bit-equal (NaN where
     MindSpore gives NaN). Subnormals and the smallest normals are left out: MindSpore's CPU kernels
-    flush subnormal inputs, intermediates and results in some runs and not in others (README). log
+    flush subnormal inputs, intermediates and results in some runs and not in others (docs/numerics.md). log
     is left out: MindSpore's is 1 ulp from the correctly rounded one on some inputs in some
     processes and not in others (seen in the whole suite, not alone)."""
     tiny = np.finfo(np.float32).tiny
