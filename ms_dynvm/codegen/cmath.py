@@ -231,8 +231,11 @@ static inline float dvm_log1p(float x) {
     float u = 1.0f + x;
     float d = u - 1.0f;
     float r = dvm_log(u) * (x / d);   /* log(u) * x/(u-1): compensates the rounding of u */
-    r = d == 0.0f ? x : r;
-    return x == INFINITY ? x : r;
+    /* x itself where u - 1 == 0 (tiny x) or x == +Inf, selected on the bits: gcc 13 does not
+       if-convert `x == INFINITY ? x : r` here, which left every loop calling log1p (softplus, mish)
+       scalar; gcc 12 and 13 vectorise this form at x86-64-v3, x86-64-v4 and native. */
+    uint32_t keep_x = 0u - (uint32_t)((d == 0.0f) | (x == INFINITY));
+    return dvm_u2f((dvm_f2u(x) & keep_x) | (dvm_f2u(r) & ~keep_x));
 }
 
 static inline float dvm_log2(float x) {
