@@ -919,7 +919,7 @@ def ms_sum_order(op: str, rank: int, axes: tuple, shape=None) -> str | None:
     "seq" (in index order), the reduced axes of size 1 (`shape`, when given) left out: a full sum of
     an [n, 1] tensor is one along its first axis (measured: [250, 1], [250, 1, 1] and
     [50, 1, 1, 1] over every axis, [250, 1, 3] over (0, 1); [1, 250], [1, 250, 1] and [37, 37] stay in
-    float64; a helper's round found served and interpreted `(x*x).sum()` of an [n, 1] tensor 1 ulp
+    float64; summed otherwise, served and interpreted `(x*x).sum()` of an [n, 1] tensor was 1 ulp
     off). A mean is that sum, rounded, over n in float32 (its first-axis form stays in float64).
     (A symbolic dim is never 1: signatures specialise sizes 0 and 1.)"""
     if rank == 2 and tuple(axes) == (1,):
