@@ -59,7 +59,7 @@ results are eager's: bit-identical on 94-100% of float32 inputs per op, within r
 against the true functions is MindSpore's (exp 2e-5 relative above |x| = 38, tanh 1e-4 near |x| = 5).
 `fast_math` uses Taylor polynomials of degree 5 for exp (so sigmoid, softplus) and 6 for expm1 (looser,
 not measured; tanh, erf, erfc and gelu are unchanged); `strict_ieee` replaces all of these by libm
-calls (see c.py). profiling/bench_math.py times each function.
+calls (see c.py). profiling/bench/bench_math.py times each function.
 """
 
 from __future__ import annotations
@@ -231,8 +231,11 @@ static inline float dvm_log1p(float x) {
     float u = 1.0f + x;
     float d = u - 1.0f;
     float r = dvm_log(u) * (x / d);   /* log(u) * x/(u-1): compensates the rounding of u */
-    r = d == 0.0f ? x : r;
-    return x == INFINITY ? x : r;
+    /* x itself where u - 1 == 0 (tiny x) or x == +Inf, selected on the bits: gcc 13 does not
+       if-convert `x == INFINITY ? x : r` here, which left every loop calling log1p (softplus, mish)
+       scalar; gcc 12 and 13 vectorise this form at x86-64-v3, x86-64-v4 and native. */
+    uint32_t keep_x = 0u - (uint32_t)((d == 0.0f) | (x == INFINITY));
+    return dvm_u2f((dvm_f2u(x) & keep_x) | (dvm_f2u(r) & ~keep_x));
 }
 
 static inline float dvm_log2(float x) {
@@ -459,7 +462,7 @@ static inline float dvm_exp_cr(float x) {
    out of an fma with the subtraction.) */
 static inline float dvm_log1p_ms(float x) { return dvm_log_cr(1.0f + x); }
 static inline float dvm_expm1_ms(float x) { return (dvm_exp_cr(x) + 0.0f) - 1.0f; }
-/* The log op: MindSpore's own Log is not reproduced (README), the interpreter's is followed. */
+/* The log op: MindSpore's own Log is not reproduced (docs/numerics.md), the interpreter's is followed. */
 static inline float dvm_log_ms(float x) { return dvm_log_cr(x); }
 /* MindSpore's float32 erfc is the true function rounded (as the interpreter: bit-equal to eager,
    measured; ms_dynvm's vectorised one was 1 ulp off on 21%). (Its erf is the C library's erff, scalar:

@@ -45,7 +45,7 @@ _BASE = ["-O3", "-march=native", "-std=gnu99", "-fPIC", "-shared", "-fno-math-er
 # GCC 12.2 at -O3 -march=native -fno-trapping-math on a CPU with AVX512-FP16 (this project's machine)
 # vectorised a float16 value's rounding away: `(double)(float)(_Float16)x` fed to a float64 sum
 # became a plain float -> double conversion, so a fused float16 sum to a scalar was up to 6 float16
-# ulp off (a helper's round, session 16). Without AVX512-FP16 it converts through F16C, correctly.
+# ulp off (measured). Without AVX512-FP16 it converts through F16C, correctly.
 _NO_FP16_ARITH = "-mno-avx512fp16"
 
 

@@ -18,7 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* Built with -DDVM_STAGES (profiling/breakdown_record.py only; the recorder never is): time-stamp
+/* Built with -DDVM_STAGES (profiling/tools/breakdown_record.py only; the recorder never is): time-stamp
    counter cycles spent in each stage of `hit`, summed until stages() reads and resets them (the
    names: STAGE_NAMES). Otherwise STAGE() is nothing. x86-64 only. */
 #ifdef DVM_STAGES

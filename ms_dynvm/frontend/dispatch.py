@@ -1,6 +1,6 @@
 """`enable()` / `disable()` / `enabled()` / `record()`: the one MsDispatchMode that ms_dynvm enters.
 
-Behaviour chosen where MindSpore leaves it open (also in the README):
+Behaviour chosen where MindSpore leaves it open (also in docs/architecture.md):
 - `enable()` when already enabled applies the new options to the running VM (no second mode is
   entered); `disable()` when not enabled does nothing and returns False.
 - `with enabled(**opts):` restores the previous state on exit (enabled with the previous options, or

@@ -320,7 +320,7 @@ def _unary(op: str):
 
 def _f32_scalar_for_f64(t, v):
     """A Python float `v` taken by a scalar-form op (Muls, Divs, EqScalar, ClampScalar, pow...) or
-    a legacy binary primitive (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured session 19)
+    a legacy binary primitive (Sub, RealDiv, FloorMod of `%`, TruncateMod: measured)
     with the float64 tensor `t`: MindSpore 2.10 holds the scalar as a float32 (measured: f64
     `t * 0.1` multiplies by 0.10000000149011612; an int stays exact), so the VM does too. Other
     dtypes compute in float32 or narrower anyway: `v` unchanged (so tier 1's size-derived scalars,
@@ -605,8 +605,9 @@ def _log_softmax_ext(a, prim):
 
 def _log_softmax_grad(a, prim):
     # d/dx log_softmax: dx = dy - exp(y) * sum(dy, axis, keepdims), where MindSpore's kernel (oneDNN)
-    # takes exp(NaN) as +inf (measured: y = [nan, -1] gives -inf, +inf or NaN at the NaN for a
-    # positive, negative or zero sum of dy).
+    # on AVX-512 processors takes exp(NaN) as +inf (measured: y = [nan, -1] gives -inf, +inf or NaN
+    # at the NaN for a positive, negative or zero sum of dy); on AVX2 ones oneDNN's exp gives NaN
+    # there. The VM follows the AVX-512 rule on every processor (docs/numerics.md).
     y, dy, axis = a
     _t(y)
     _t(dy)
@@ -1171,8 +1172,8 @@ def _bce_with_logits(a, prim):
     """BCEWithLogitsLoss(x, y, weight, pos_weight, reduction): w * ((1 - y) * x + (1 + (pw - 1) * y) *
     softplus(-x)), then the reduction (MindSpore's formula, whose log1p(exp(-|x|)) + max(-x, 0) is
     softplus(-x); float32 only). Not built on the VM's exp and log1p: those follow MindSpore's own Exp
-    and Log1p ops, up to 1e-6 off on these values, where its BCE kernel is accurate (a held-out round
-    measured 18 ulp)."""
+    and Log1p ops, up to 1e-6 off on these values, where its BCE kernel is accurate (built on them, the
+    loss was 18 ulp off, measured)."""
     x, y, w, pw, reduction = a
     _f32_only(x, y, w, pw)
     ins = [("neg", (x,), {}), ("softplus", (Tmp(0),), {"beta": 1.0, "threshold": 20.0})]
@@ -1630,7 +1631,7 @@ def _real_div(a, prim):
     """Legacy RealDiv of integers (tensors, or a tensor and a Python int; an integer with a bool,
     either side, too; bool with bool is refused) stays integer in MindSpore 2.10: the quotient
     truncated, by zero the dtype's max for x > 0, min for x < 0 and 0 for 0 (measured for
-    int8/32/64 and uint8, session 19): the VM's trunc_div. Else `div`."""
+    int8/32/64 and uint8): the VM's trunc_div. Else `div`."""
     kinds = [_int_or_bool(v) for v in a]
     if None not in kinds and "int" in kinds:
         return _trunc_div(a, None)

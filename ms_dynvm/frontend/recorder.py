@@ -1070,7 +1070,7 @@ class Recorder:
         # pointer, its elements), contiguous]. Weak: keeping the view alive would change when
         # MindSpore frees and reuses its memory, which can change what eager computes where
         # MindSpore reads memory it should not (an LSTM's gradient under amp O2 differed from eager's
-        # with the candidates held; session 13).
+        # with the candidates held).
         views.append([_weakref(t), reg, k[0], k[1], None, None, read and ty.layout == "contiguous"])
 
     def _bind(self, t, reg: int) -> None:

@@ -398,7 +398,7 @@ def _gelu_tanh_ms(x: np.ndarray) -> np.ndarray:
     """MindSpore CPU's GeLU, tanh form: u = 0.7978845608 * (x + 0.044715*x*x*x), then
     (0.5 * x) * (1 + tanh(u)), every step in x's type (float32: the C library's tanhf; float64:
     its tanh); float16 runs the float32 form and rounds once (measured bit-equal to eager on
-    16,009 values with NaN/inf/+-0/1e30 each, session 19; the closed form in float64 rounded once was
+    16,009 values with NaN/inf/+-0/1e30 each; the closed form in float64 rounded once was
     off on 45% of float32 values, up to 2e-4 relative where 1 + tanh cancels)."""
     dt = np.dtype(x.dtype).type
     c, k = dt(0.044715), dt(0.7978845608)
@@ -452,7 +452,7 @@ def _sigmoid_f16(x):  # 1 / (1 + e^-x), each step rounded to float16, e^-x from 
 
 
 # op -> f(float32 x holding float16 values, attrs) -> float32, rounded to float16 by the caller:
-# MindSpore 2.10 CPU's float16 kernels, measured bit-equal over every finite float16 (session 12):
+# MindSpore 2.10 CPU's float16 kernels, measured bit-equal over every finite float16:
 # some run the float32 formula and round once, others round every step to float16.
 _MS_F16 = {
     "exp": lambda x, a: _exp_ms(x),
@@ -465,14 +465,14 @@ _MS_F16 = {
     "expm1": lambda x, a: _r16(np.exp(x)) - _F32(1.0),
     "log1p": lambda x, a: np.log(_r16(x + _F32(1.0))),
     # logf of the C library, as MindSpore's float16 Log and Log2 (f16(log x) / f16(ln 2)): measured
-    # bit-equal on every finite float16 (NumPy's float32 log was 1 value off), session 19
+    # bit-equal on every finite float16 (NumPy's float32 log was 1 value off)
     "log": lambda x, a: _libm_f32("logf", x, np.log),
     "erf": lambda x, a: _erff_libm(x),  # (erff rounded: float64 erf rounded once was 2 values off)
     "log2": lambda x, a: _r16(_libm_f32("logf", x, np.log)) / _F32(np.float16(_LN2)),
     "sin": lambda x, a: np.sin(x),
     "cos": lambda x, a: np.cos(x),
     # (tan and erfc in double, rounded to float32, then by the caller to float16, as the kernels
-    # and eager: rounding the double value once was 2 values off each, session 19)
+    # and eager: rounding the double value once was 2 values off each)
     "tan": lambda x, a: np.tan(x.astype(F64)).astype(_F32),
     "erfc": lambda x, a: np.asarray(_erfc(x.astype(F64))).astype(_F32),
     "gelu": lambda x, a: _gelu_ms(x, a),
@@ -638,7 +638,7 @@ def _arith(op: str, x, y, dt):
             return (xd - np.floor(_fdiv(xd, yd)) * yd).astype(dt)
         if op == "fmod":
             # TruncateMod (FmodScalar has no CPU kernel): the exact C fmod, as MindSpore CPU's
-            # (measured bit-equal for float16/32/64 with NaN/inf/0 operands, session 19;
+            # (measured bit-equal for float16/32/64 with NaN/inf/0 operands;
             # x - trunc(x/y)*y was off on 68%). (ops.fmod and mint.fmod dispatch DivMod, Mul and
             # SubExt instead.)
             return np.fmod(x, y)
@@ -760,7 +760,7 @@ def _lerp(args, attrs):
     dt = _floaty(_promote(a, b))  # (the weight's dtype does not count: see ir/registry.py)
     # float16: MindSpore CPU computes a + w * (b - a) in float32 and rounds once, the weight taken as
     # float32 (a float32 0-d weight, which `ops.lerp(a, b, 0.7)` passes, is not rounded to float16;
-    # measured bit-equal on 6,000 values; float16 steps were off on 20%, session 19)
+    # measured bit-equal on 6,000 values; float16 steps were off on 20%)
     if dt == np.float16:
         a, b = (_cast(_cast(v, dt), F32) for v in (a, b))
         w = _cast(w, F32)
@@ -796,7 +796,7 @@ def _gelu_grad_f64(x, approximate: str):
 
 def _gelu_grad_tanh_ms(dy, x):
     """MindSpore CPU's GeLUGrad, tanh form, in float32 (its float16 and float64 GeLUGrad give the
-    same values rounded: measured bit-equal on 16,000 values each, session 19): tanh and the slope
+    same values rounded: measured bit-equal on 16,000 values each): tanh and the slope
     factor m in double, rounded to float32, then dy * (((1 + t) + (x * (1 - t*t)) * m) / 2), every
     step rounded to float32 (float64 in the closed form, `_gelu_grad_f64`, was off on about two
     thirds of the values)."""
@@ -822,14 +822,14 @@ def _grad(op, args, attrs):
             return np.asarray(((np.float16(1) - y16) * y16) * dy16).astype(dt)
     if op == "sigmoid_grad" and dt == F32:
         # MindSpore CPU's float32 SigmoidGrad: dy * (y * (1 - y)), each step rounded to float32
-        # (measured bit-equal on 6,000 values; float64 rounded once was off on 28%, session 19)
+        # (measured bit-equal on 6,000 values; float64 rounded once was off on 28%)
         y32, dy32 = _cast(ts[0], dt), _cast(ts[1], dt)
         with np.errstate(all="ignore"):
             return np.asarray(dy32 * (y32 * (_F32(1.0) - y32))).astype(dt)
     if op == "silu_grad" and dt == np.float16:
         # MindSpore CPU's float16 SiLUGrad: the float16 sigmoid s (its own steps, `_sigmoid_f16`),
         # then dy*s + (dy*x) * (s*(1 - s)) with every step rounded to float16 (measured bit-equal on
-        # 6,000 values; the float32 form rounded once was off on 57%, session 19)
+        # 6,000 values; the float32 form rounded once was off on 57%)
         dy, x = (_cast(v, dt).astype(_F32) for v in ts)
         with np.errstate(all="ignore"):
             sg = _r16(_sigmoid_f16(x))
@@ -838,7 +838,7 @@ def _grad(op, args, attrs):
         # MindSpore CPU's TanhGrad: dy * (1 - y*y), the 1 - y*y with one rounding (a fused
         # multiply-add; y*y is exact in double), the product rounded to float32 (measured bit-equal
         # on 20,000 values, float16's too after its rounding; (1-y)(1+y) was off on 21%, float64 on
-        # 24%: a helper's PINN round, session 16)
+        # 24%)
         y, dy = (_cast(v, dt).astype(F32) for v in ts)
         with np.errstate(all="ignore"):
             t = (1.0 - y.astype(F64) * y.astype(F64)).astype(F32)
@@ -944,7 +944,7 @@ def _seq_f64(op: str, x: np.ndarray, axes: tuple) -> np.ndarray:
     """A float64 sum or product of `x` over `axes` (keepdims) in index order (row-major over the
     reduced axes), one accumulator starting at 0 (sum: a zero result is +0) or 1: MindSpore 2.10
     CPU's float64 ReduceSum/ReduceMean/ReduceProd (measured bit-equal on 16 shape/axis cases and
-    reduced sizes up to 100,000, session 16; above about 150,000 reduced elements it splits the
+    reduced sizes up to 100,000; above about 150,000 reduced elements it splits the
     work over threads in an order not reproduced). NumPy's pairwise sum differs from it from 9
     elements on."""
     rows = _rows(x, axes)
@@ -1239,7 +1239,7 @@ def _layer_norm(args, attrs):
             y = y * _cast(gamma, out) + _cast(beta, out)
         return y.astype(np.float16), mean32, var32
     if out == np.float32:
-        # MindSpore CPU's float32 LayerNorm (measured bit-equal, session 19): mean and var in double,
+        # MindSpore CPU's float32 LayerNorm (measured bit-equal): mean and var in double,
         # rounded to float32; then each step in float32: ((x - mean) / sqrtf(var + eps)) * gamma + beta.
         mean32, var32 = mean.astype(np.float32), var.astype(np.float32)
         with np.errstate(all="ignore"):

@@ -30,7 +30,7 @@ None keeps every free block), and never above `soft_cap`: so `peak_reserved <= 1
 holds by construction once the peak live passes ~6.7 MiB (below, `peak_live + 1 MiB`), and what the
 measurement decides is whether reuse survives it. (The 1 MiB floor: a working set of a few hundred
 KiB has no spare block within 15%, and random sizes then churn through fresh blocks; see
-HEADROOM_MIN_BYTES.) On the seq_len 32..256 soak (profiling/bench_pool_soak.py) exact-size
+HEADROOM_MIN_BYTES.) On the seq_len 32..256 soak (profiling/bench/bench_pool_soak.py) exact-size
 free lists per distinct size had reserved 256 MiB for a 14.5 MiB peak; with best fit and the target,
 reuse after warm-up stays above 99.9%, because dynamic shapes converge on the blocks of the largest
 shapes, which serve every smaller one. (Simulated on the soak's allocation trace: best fit without
@@ -84,7 +84,7 @@ touched again, or new memory) must be at most HEAP_TRIM_SHARE (1%) of the time s
 that stays free (left over from start-up, from shapes not seen again) goes back about once a second,
 while a program that keeps re-touching what was trimmed is trimmed less often.
 Where malloc_trim is missing (not Linux, or not glibc) or the RSS cannot be read nothing is called;
-`trim_heap()` trims on demand (None where unavailable). On the soak (profiling/bench_pool_soak.py:
+`trim_heap()` trims on demand (None where unavailable). On the soak (profiling/bench/bench_pool_soak.py:
 every seq_len once, then 2,000 random steps of ~16 ms) trimming keeps the RSS ~200 MiB lower (peak
 over the last 200 steps ~760 instead of ~950-970 MiB); RSS growth between the peaks over the first
 and the last 200 measured steps +0.6..+2.6% (5 runs) instead of +1.3..+4.3% (7 runs); measured from
@@ -114,7 +114,7 @@ is released, holding the root in a local variable meanwhile, so a `safe_point` i
 the block referenced. The pool has no finalizer or `__del__`, so nothing of it runs inside a garbage
 collection.
 
-Cost (profiling/bench_pool_soak.py, medians per buffer on a noisy 2-core VM, varying by ~1.5x
+Cost (profiling/bench/bench_pool_soak.py, medians per buffer on a noisy 2-core VM, varying by ~1.5x
 from run to run): `array` + drop + `safe_point` 1.2-2.5 us, `allocate` + `release` + `safe_point`
 1.1-2.2 us, a fresh `np.empty` 0.3-0.6 us. The hot paths are inlined (hence some repeated code);
 what is left is the lock (~0.1-0.2 us a pair), `np.ndarray(shape, dtype, root, offset)` (~0.3 us),

@@ -300,7 +300,7 @@ def test_mixed_precision_plans_are_apart(monkeypatch):
 
 
 def test_staged_build_records_the_same_blocks_and_counts_stages(monkeypatch):
-    """profiling/breakdown_record.py's build of the hot path (-DDVM_STAGES: cycle counts by stage)
+    """profiling/tools/breakdown_record.py's build of the hot path (-DDVM_STAGES: cycle counts by stage)
     records exactly what the normal build records, and its counts add up over the stages it ran."""
     c, _ = _blocks("mlp", True, monkeypatch)
     with open(fastpath._SOURCE) as f:

@@ -1084,7 +1084,7 @@ def test_layer_norm_bit_equal_to_mindspore(mst, dt):
     then ((x - mean) / sqrt(var + eps)) * gamma + beta with every step rounded to x's type. The
     interpreter gives the same bits (float16: it used to round the statistics to float16, 1e-4 off
     in amp O1/O2 programs; float32: computing y in double and rounding once was 1-8 ulp off on about
-    half of the elements, measured session 19). One NaN, inf or 0 per tensor."""
+    half of the elements, measured). One NaN, inf or 0 per tensor."""
     rng = np.random.default_rng(11 if dt == np.float16 else 12)
     for _ in range(30):
         nd = int(rng.integers(1, 4))
@@ -1130,7 +1130,7 @@ def test_float32_unary_bit_equal_to_mindspore(mst):
     """float32 ops whose MindSpore formula the interpreter follows, against MindSpore on every
     bfloat16-representable float32 from 1e-30 to 3.4e38 (both signs, and 0): bit-equal (NaN where
     MindSpore gives NaN). Subnormals and the smallest normals are left out: MindSpore's CPU kernels
-    flush subnormal inputs, intermediates and results in some runs and not in others (README). log
+    flush subnormal inputs, intermediates and results in some runs and not in others (docs/numerics.md). log
     is left out: MindSpore's is 1 ulp from the correctly rounded one on some inputs in some
     processes and not in others (seen in the whole suite, not alone)."""
     tiny = np.finfo(np.float32).tiny

@@ -383,7 +383,7 @@ def test_small_working_set_keeps_a_floor_of_spare_blocks():
 
 
 def test_dynamic_shapes_converge_on_the_largest_blocks():
-    # Sizes proportional to a random seq_len (as in profiling/bench_pool_soak.py): best fit lets the
+    # Sizes proportional to a random seq_len (as in profiling/bench/bench_pool_soak.py): best fit lets the
     # largest shape's blocks serve every smaller one, so reuse stays high at the reserve target.
     pool = Pool()
     rng = np.random.default_rng(0)

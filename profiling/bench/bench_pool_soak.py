@@ -35,7 +35,7 @@ of the random steps (then only `--steps` - N are measured). Reported:
   8 results). Measured in this process twice: before the run (MindSpore imported, a new pool) and
   after it (the run's pool).
 
-    python profiling/bench_pool_soak.py [--steps 2000] [--warmup shapes|N] [--sweep shuffled|ascending]
+    python profiling/bench/bench_pool_soak.py [--steps 2000] [--warmup shapes|N] [--sweep shuffled|ascending]
                                         [--heap-trim-mb default|off|MB] [--no-control] [--trim-control]
 """
 
@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Kernels compile synchronously here (inside the call that makes a group hot), so that the
 # warm-up ends with every kernel in place; ms_dynvm's default compiles in the background.

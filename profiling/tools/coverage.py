@@ -5,7 +5,7 @@ step (nn.SGD / nn.Adam on the MLP) and a small conv/BatchNorm/pool network under
 `ms_dynvm.enable(jit=False)` (recording only), and prints per workload: ops dispatched,
 meta ops (no tensor semantics), opaque ops and their share, and which names were opaque.
 
-    python profiling/coverage.py
+    python profiling/tools/coverage.py
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def optimizer_workload(kind: str):

@@ -25,7 +25,7 @@ Configurations:
 - hooks+trace:  the same with `on_op` (in Python) also keeping a minimal trace: the op's name and the
                 tags read appended to a flat list (ints and the name: nothing for the collector to
                 track), results tagged with ints; no normalisation, no types, no plan lookup
-- hooks+ctrace: that minimal trace in C (profiling/_ctrace.c, a builtin as `on_op`; its trace is a
+- hooks+ctrace: that minimal trace in C (profiling/tools/_ctrace.c, a builtin as `on_op`; its trace is a
                 preallocated C buffer)
 - ctrace-bare:  the C trace in a bare MsDispatchMode (no ms_dynvm: no hooks, no blocks): the floor of
                 any exact recorder in MindSpore 2.10's dispatch mode, whatever its design
@@ -81,7 +81,7 @@ these workloads finds its plan, so the other figures are of the steady state.
   of collections per generation over all rounds. Objects that the recorder keeps alive make the
   collector run more often; a full (generation 2) collection walks every object of the process.
 
-    python profiling/bench_record_overhead.py [--reps 9] [--calls 20] [--jit] [--decompose] [--identity]
+    python profiling/bench/bench_record_overhead.py [--reps 9] [--calls 20] [--jit] [--decompose] [--identity]
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 
@@ -131,16 +131,17 @@ def chain(x):
 
 
 def load_c(stem: str):
-    """profiling/<stem>.c built with gcc (the recorder's hot-path flags) and loaded as module `stem`."""
+    """profiling/tools/<stem>.c built with gcc (the recorder's hot-path flags) and loaded as module `stem`."""
     from ms_dynvm.codegen import gcc
     from ms_dynvm.frontend import fastpath
 
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), stem + ".c")) as f:
+    tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+    with open(os.path.join(tools, stem + ".c")) as f:
         return fastpath._load_bytes(gcc.compile_shared(f.read(), fastpath._build_flags()), stem)
 
 
 def load_ctrace():
-    """profiling/_ctrace.c built and loaded (the hooks+ctrace configuration)."""
+    """profiling/tools/_ctrace.c built and loaded (the hooks+ctrace configuration)."""
     return load_c("_ctrace")
 
 

@@ -11,7 +11,7 @@ and for MATH_C at git revision --old-rev ("old", default b211bfa, the last revis
 previous math). A `copy` loop gives the memory floor. The machine is noisy: compare medians of
 one run (both sides are measured interleaved), not numbers across runs.
 
-    python profiling/bench_math.py [--repeats 300] [--old-rev b211bfa] [--no-old] [--fast]
+    python profiling/bench/bench_math.py [--repeats 300] [--old-rev b211bfa] [--no-old] [--fast]
 
 --fast compiles with -DDVM_FAST=1 (the fast_math library) for both sides.
 """
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 
@@ -47,7 +47,7 @@ OTHER = {
     "gelu_grad_tanh": "dvm_gelu_grad_tanh(d[i], x[i])",
     # bench_tier1's elementwise chain tanh(relu(exp(x*0.5-1)*m + x) - 0.25) as one fused loop
     "chain": "dvm_tanh(((t = dvm_exp(x[i] * 0.5f - 1.0f) * d[i] + x[i]) > 0.0f ? t : 0.0f) - 0.25f)",
-    # MindSpore's own formulas (cmath._EAGER_C: eager_math, the default since session 8)
+    # MindSpore's own formulas (cmath._EAGER_C: eager_math, the default)
     **{f"{f}_ms": f"dvm_{f}_ms(x[i])" for f in ("exp", "expm1", "log1p", "tanh", "sigmoid", "mish")},
     "silu_ms": "x[i] * dvm_sigmoid_ms(x[i])",
     "elu_ms": "dvm_elu_ms(x[i], 1.0f)",
@@ -56,7 +56,7 @@ OTHER = {
 
 
 def old_math_c(rev: str) -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     text = subprocess.run(["git", "show", f"{rev}:ms_dynvm/codegen/cmath.py"], cwd=here, capture_output=True,
                           text=True, check=True).stdout
     ns: dict = {}

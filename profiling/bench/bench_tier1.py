@@ -13,7 +13,7 @@ timed part: cache hit rate, compiles, compile seconds as a share of the whole ms
 share. Results are checked against eager on every timed call with rtol 1e-5 and atol 1e-6 (the
 kernels' exp and tanh follow MindSpore's own formulas, `eager_math`); the max |diff| is printed.
 
-    python profiling/bench_tier1.py [--rounds 7] [--calls 20] [--warmup 30] [--policy cost|threshold]
+    python profiling/bench/bench_tier1.py [--rounds 7] [--calls 20] [--warmup 30] [--policy cost|threshold]
 
 Run it twice with the same DYNVM_CACHE_DIR: the second process should compile nothing (disk cache).
 """
@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Kernels compile synchronously here (inside the call that makes a group hot), so that the
 # warm-up ends with every kernel in place; ms_dynvm's default compiles in the background.
@@ -117,7 +117,7 @@ def main() -> int:
           f"= {100 * share:.1f}% of the ms_dynvm run, fused ops {100 * st['fusion_rate']:.1f}%, "
           f"max |diff| vs eager {max_err:.2e}")
     print(f"fallbacks: {st['fallbacks']}  guard failures: {st['guard_failures']}")
-    if st["step_calls"]:  # workloads that call a Cell have steps (README, "Step switch")
+    if st["step_calls"]:  # workloads that call a Cell have steps (docs/architecture.md, "The step switch")
         print(f"step switch in the timed part: {st['step_calls'].get('vm', 0)} calls under the VM, "
               f"{st['step_calls'].get('bare', 0)} bare")
     return 0

@@ -1,6 +1,6 @@
 """Broad differential fuzz of ms_dynvm against MindSpore eager.
 
-    python profiling/fuzz_ops.py SEED N [--nan] [--grad] [--only i,j] [--src] [--verbose] [--no-bf16]
+    python profiling/fuzz/fuzz_ops.py SEED N [--nan] [--grad] [--only i,j] [--src] [--verbose] [--no-bf16]
                                  [--prog-timeout S]
 
 --nan: NaN/+inf/-inf in some float inputs; --grad: also value_and_grad; --only: run only these program
@@ -11,7 +11,7 @@ bf16 serving bug does not hide other classes); --prog-timeout: stop the run with
 if any mismatch. Each MISMATCH line names seed, program index, phase (enabled:b=<first dim>:rep=<call>,
 grad:..., record:values, record:errors, interp, grad_interp, record_errors), what differs, the inputs
 (dtype[shape]@layout, * = first dim varies), tags (empty-reduce: a reduction saw an empty operand,
-README's known divergence; empty-reduce?: a reduction that may see one in the first-dim-0 variant;
+docs/numerics.md's known divergence; empty-reduce?: a reduction that may see one in the first-dim-0 variant;
 alt0: a variant has first dim 0; nan-rule-op: max/min/arg/softmax ops with
 MindSpore-specific NaN rules) and the program source.
 
@@ -65,7 +65,7 @@ import traceback
 
 os.environ.setdefault("GLOG_v", "3")
 os.environ.setdefault("DYNVM_CACHE_DIR", "/tmp/fuzz_repros/kcache")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import numpy as np  # noqa: E402
 import mindspore as ms  # noqa: E402
 from mindspore import mint, nn, ops  # noqa: E402

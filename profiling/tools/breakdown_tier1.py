@@ -30,7 +30,7 @@ bounds its speed-up from above (arithmetic and launches come on top).
 Last line (chain only): MindSpore's own threads, CPU seconds each used during a 3-second loop of
 eager ops.
 
-    python profiling/breakdown_tier1.py [--workloads chain,softmax,lngelu] [--rounds 7] [--calls 30]
+    python profiling/tools/breakdown_tier1.py [--workloads chain,softmax,lngelu] [--rounds 7] [--calls 30]
                                         [--b B] [--s S]
 """
 
@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # Kernels compile synchronously here (inside the call that makes a group hot), so that the
 # warm-up ends with every kernel in place; ms_dynvm's default compiles in the background.

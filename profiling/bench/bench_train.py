@@ -16,7 +16,7 @@ Workloads:
 - mlp:      Dense(64,256)-ReLU-Dense(256,256)-ReLU-Dense(256,10), MSE loss, SGD; B in 8..128
 - lngelu:   x + Dense(GELU(LayerNorm(x))) on [B,S,64] (S in 8..32), mean-square loss, Adam; B in 2..8
 
-    python profiling/bench_train.py [--rounds 5] [--steps 20] [--warmup 20]
+    python profiling/bench/bench_train.py [--rounds 5] [--steps 20] [--warmup 20]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 

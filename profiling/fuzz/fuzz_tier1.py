@@ -4,17 +4,16 @@ and some +inf inputs, each program run
 eagerly, then three times under `ms_dynvm.enable(compile_policy="threshold")` (so groups compile and
 are served), results compared (f32: 2e-4, f16: 2e-2, NaN positions must agree).
 
-    python profiling/fuzz_tier1.py SEED PROGRAMS [--nan]
+    python profiling/fuzz/fuzz_tier1.py SEED PROGRAMS [--nan]
 
-With --nan one input element in five programs is NaN. Known divergence (README, "Not supported"):
-MindSpore's CPU softmax gives a row holding a NaN as NaN there and 0 elsewhere (float32), while the
-VM's softmax propagates the NaN to the whole row.
+With --nan one input element in five programs is NaN. MindSpore's own rules for softmax rows holding
+NaN or +inf, which the VM follows, are in docs/numerics.md.
 """
 import os
 import random
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # Kernels compile synchronously here (inside the call that makes a group hot), so that the
 # warm-up ends with every kernel in place; ms_dynvm's default compiles in the background.
 os.environ.setdefault("DYNVM_COMPILE_ASYNC", "0")

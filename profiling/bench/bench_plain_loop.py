@@ -2,7 +2,7 @@
 
 A script that calls plain functions in a loop has no region to anchor steps on; its steps run from
 one sync point (here each call's `asnumpy()`) to the next at least `dispatch.MIN_SYNC_STEP_S` later
-(see README "Step switch"). Three loops, the sizes changing every call:
+(see docs/architecture.md, "The step switch"). Three loops, the sizes changing every call:
 - small-matmul: `cumsum(matmul(x, m.T), 1)` on [B,16] (B in 2..8): nothing to fuse, so the VM only
   adds recording and run tracking to MindSpore's own time;
 - chain:        tanh(relu(exp(x*0.5-1)*m + x) - 0.25) on [B,784] (B in 16..128);
@@ -15,7 +15,7 @@ Sides, in one process, interleaved (the order alternates every round), blocking 
 Each side warms up first (compiles, the switch's first samples), then R rounds of N calls each;
 reported: median per-call time per side, and eager / side.
 
-    python profiling/bench_plain_loop.py [--rounds 9] [--calls 30] [--warmup 40]
+    python profiling/bench/bench_plain_loop.py [--rounds 9] [--calls 30] [--warmup 40]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("DYNVM_COMPILE_ASYNC", "0")  # kernels in place before the timed part
 import numpy as np  # noqa: E402
 

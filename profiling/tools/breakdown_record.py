@@ -21,7 +21,7 @@ the tensor identity every exact recorder pays for in MindSpore 2.10 (see bench_r
 the rest is the recorder's own work. Medians over the hits (a garbage collection that happens to run
 inside one stage moves the means, not the medians), and their sum.
 
-    python profiling/breakdown_record.py [--calls 20]
+    python profiling/tools/breakdown_record.py [--calls 20]
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 METHODS = ("on_op", "close_block", "_open_block", "_new_program")
 
@@ -93,7 +93,7 @@ def main() -> None:
 
 
 def load_tsc():
-    """profiling/_tsc.c built with gcc and loaded, or None (no gcc, not x86-64)."""
+    """profiling/tools/_tsc.c built with gcc and loaded, or None (no gcc, not x86-64)."""
     import bench_record_overhead as bench
 
     try:
