@@ -142,9 +142,24 @@ def _view(t, dt: np.dtype, shape: tuple) -> np.ndarray:
     return np.frombuffer(buf, dt).reshape(shape)
 
 
+_CONTAINERS = (list, dict, set)
+
+
 def _plain_state(cell) -> tuple:
-    return tuple(sorted((k, v) for k, v in cell.__dict__.items()
-                        if type(v) in _PLAIN and k not in _CELL_INTERNAL and not k.startswith("_ms_dynvm")))
+    """A cell's Python state as the guards see it: its plain attributes (numbers, strings, bools,
+    None) by value, and the length of its list, dict and set attributes (a list the construct
+    appends activations to grows: a replay would not append)."""
+    out = []
+    for k, v in cell.__dict__.items():
+        if k in _CELL_INTERNAL or k.startswith("_ms_dynvm"):
+            continue
+        t = type(v)
+        if t in _PLAIN:
+            out.append((k, v))
+        elif t in _CONTAINERS:
+            out.append((k, ("len", len(v))))
+    out.sort(key=lambda kv: kv[0])
+    return tuple(out)
 
 
 def _np_dtype(ty) -> np.dtype:
@@ -451,7 +466,7 @@ class Regions:
                 n = region.replays
                 if n in REVERIFY_AT or n % REVERIFY_EVERY == 0:
                     return self._reverify(region, entry, run, flat)
-                return self._replay(entry, flat, t0)
+                return self._replay(entry, flat, t0, run)
             METRICS.region_guard_failures[why] += 1
             self._reset(entry)
             return self._eager(run)
@@ -503,11 +518,16 @@ class Regions:
         entry.learned = []
         entry.plan = None
 
-    def _replay(self, entry: _Entry, flat: list, t0: float):
-        arrays = self._arrays(entry, flat)
-        t1 = time.perf_counter()
-        outs = entry.plan.run(arrays)
-        t2 = time.perf_counter()
+    def _replay(self, entry: _Entry, flat: list, t0: float, run=None):
+        try:
+            arrays = self._arrays(entry, flat)
+            t1 = time.perf_counter()
+            outs = entry.plan.run(arrays)
+            t2 = time.perf_counter()
+        except Exception as e:  # noqa: BLE001 - bad values (an index out of range): eager's error or result
+            METRICS.region_guard_failures[f"replay error ({type(e).__name__})"] += 1
+            self._reset(entry)
+            return run()
         from_numpy = Tensor.from_numpy
         res = _rebuild(entry.out_spec, iter([from_numpy(a) for a in outs]))
         t3 = time.perf_counter()

@@ -494,3 +494,49 @@ def test_a_tensor_made_anew_with_other_values_every_call_is_not_replayed(vm):
     s = ms_dynvm.stats()
     assert s["regions_replayed"] == 0 and s["regions_not_replayable"] == {"recordings differ": 1}, s
     assert len({o.tobytes() for o in outs}) == 6
+
+
+class Gather(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.table = ms.Parameter(ms.Tensor(np.arange(12, dtype=np.float32).reshape(4, 3)), name="table")
+
+    def construct(self, idx):
+        return ops.gather(self.table, idx, 0) * 2.0
+
+
+def test_a_replay_that_fails_on_its_values_gives_eagers_error(vm):
+    net = Gather()
+    good = ms.Tensor(np.array([0, 3, 1], np.int32))
+    for _ in range(4):
+        np.testing.assert_array_equal(net(good).asnumpy(), np.arange(12).reshape(4, 3)[[0, 3, 1]] * 2.0)
+    assert ms_dynvm.stats()["regions_replayed"] == 1
+    bad = ms.Tensor(np.array([0, 9, 1], np.int32))  # same signature, an index out of range
+    ms_dynvm.disable()
+    with pytest.raises(Exception) as eager_err:
+        net(bad).asnumpy()
+    ms_dynvm.enable(regions=True, step_switch=False)
+    with pytest.raises(type(eager_err.value)):
+        net(bad).asnumpy()
+    assert any(k.startswith("replay error") for k in ms_dynvm.stats()["region_guard_failures"])
+
+
+class Collect(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+        self.seen = []
+
+    def construct(self, x):
+        y = self.fc(x)
+        self.seen.append(y.shape)
+        return y
+
+
+def test_a_cell_that_appends_to_a_list_is_not_replayed(vm):
+    net = Collect()
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    for _ in range(5):
+        net(x)
+    assert len(net.seen) == 5
+    assert ms_dynvm.stats()["regions_not_replayable"] == {"python state changed": 1}
