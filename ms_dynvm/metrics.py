@@ -75,6 +75,8 @@ class Metrics:
         self.region_replay_seconds = 0.0  # wall time inside replays (guards, program, wrapping)
         self.region_host_seconds = 0.0  # of which guards, input views and output wrapping
         self.region_pipeline_skipped: Counter = Counter()  # region programs the pass pipeline refused
+        self.region_learn_seconds = 0.0  # recorded calls (learning, re-verification) and planning
+        self.region_plan_seconds = 0.0  # of which planning (explaining, the pass pipeline, kernels)
 
     def set_op_phase(self, phase: str) -> None:
         """Ops seen from now on are counted in `phase` (`op_names` is that phase's list now)."""
@@ -155,6 +157,8 @@ class Metrics:
             "region_replay_seconds": self.region_replay_seconds,
             "region_host_seconds": self.region_host_seconds,
             "region_pipeline_skipped": dict(self.region_pipeline_skipped),
+            "region_learn_seconds": self.region_learn_seconds,
+            "region_plan_seconds": self.region_plan_seconds,
             **pool_stats,
         }
 

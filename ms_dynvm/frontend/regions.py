@@ -620,6 +620,7 @@ class Regions:
             self.depth -= 1
             cells, self.cells = self.cells, None
         seconds = time.perf_counter() - t0
+        t1 = time.perf_counter()
         try:
             lr = _make_learned(rec, out, flat, cells, seconds)
         except (NotReplayable, _Unsupported) as e:
@@ -627,6 +628,9 @@ class Regions:
         except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
             METRICS.record_errors[f"region: {type(e).__name__}: {e}"] += 1
             return out, None, f"error ({type(e).__name__})"
+        finally:
+            METRICS.region_learn_seconds += time.perf_counter() - t0
+            METRICS.region_plan_seconds += time.perf_counter() - t1
         return out, lr, None
 
 

@@ -320,6 +320,8 @@ def main() -> int:
                 "regions_replayed": n, "region_calls": last_stats["region_calls"],
                 "replay_ms_mean": 1e3 * last_stats["region_replay_seconds"] / n if n else None,
                 "replay_host_ms_mean": 1e3 * last_stats["region_host_seconds"] / n if n else None,
+                "learn_s": last_stats["region_learn_seconds"], "plan_s": last_stats["region_plan_seconds"],
+                "replay_s": last_stats["region_replay_seconds"],
                 "regions_not_replayable": last_stats["regions_not_replayable"],
                 "region_guard_failures": last_stats["region_guard_failures"],
                 "fusion_rate": last_stats["fusion_rate"], "step_calls": last_stats["step_calls"]}
@@ -335,7 +337,8 @@ def main() -> int:
             d = res["dynvm"]
             print(f"   dynvm: replayed {d['regions_replayed']}/{d['region_calls']} region calls "
                   f"({d['region_replay_rate']:.0%}); a replay: {_ms(d['replay_ms_mean'])} ms, of which host cost "
-                  f"(guards, views, wrapping) {_ms(d['replay_host_ms_mean'])} ms; "
+                  f"(guards, views, wrapping) {_ms(d['replay_host_ms_mean'])} ms; learning {d['learn_s']:.3f} s "
+                  f"(planning {d['plan_s']:.3f} s), replays {d['replay_s']:.3f} s; "
                   f"not replayable {d['regions_not_replayable']}; guard failures {d['region_guard_failures']}")
     if args.json:
         with open(args.json, "w") as f:
