@@ -383,6 +383,7 @@ class Region:
         self.cell = None  # the Cell, for a Cell region
         self.families: dict = {}  # _family(key) -> True: established (see Regions._learn)
         self.replays = 0  # over all signatures: re-verification is per region (REVERIFY_AT)
+        self.explained: dict = {}  # the backward rules that explained its recordings (_Explainer.explain)
         self.excluded = False
 
 
@@ -622,7 +623,7 @@ class Regions:
         seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
-            lr = _make_learned(rec, out, flat, cells, seconds)
+            lr = _make_learned(rec, out, flat, cells, seconds, region.explained)
         except (NotReplayable, _Unsupported) as e:
             return out, None, str(e)
         except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
@@ -659,7 +660,7 @@ def _grad_enabled() -> bool:
     return bool(_pynative_executor.requires_grad())
 
 
-def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned:
+def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict | None = None) -> _Learned:
     prog = rec.program
     for b in prog.blocks:
         if b.end == "sync":
@@ -697,7 +698,10 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             for r in ins.outs:
                 phase_def[r] = b.phase
     values = {int(r): t for r, t in zip(prog.outputs, rec.outputs)}
+    base = prog.next_reg()  # (registers from here on are the backward rules' temporaries)
     explainer = _Explainer(prog, values, phase_def)
+    if cache is not None:
+        explainer.cache = cache
     for k, inp in enumerate(prog.inputs):  # (the inputs' values as the program read them)
         explainer._arrays[inp.reg] = rec._snaps[k]
     # Inputs: arguments, parameters, held tensors; backward-phase unknowns explained.
@@ -731,7 +735,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
             value = rec_value(t)
             if first_use[r] == "bwd":
                 try:
-                    extra.append(explainer.explain(value, r, first_idx[r]))
+                    extra.append(explainer.explain(value, r, first_idx[r], ("in", r)))
                     continue
                 except NotReplayable:
                     if value.size > _CONST_MAX:
@@ -748,13 +752,14 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
     outs: list = []
     out_spec = _out_spec(out, outs)
     out_regs = []
-    for t in outs:
+    for k, t in enumerate(outs):
         r = rec.reg_of(t)
         if r is None:
-            instrs = explainer.explain(rec_value(t), None)
+            instrs = explainer.explain(rec_value(t), None, None, ("out", k))
             extra.append(instrs)
             r = instrs[-1].outs[0]
         out_regs.append(int(r))
+    extra, out_regs = _renumber(prog, extra, out_regs, base)
     plan = RegionPlan.build(prog, in_regs, out_regs, extra)
     plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]
     plan.in_shapes = [tuple(types[r].shape) for r in in_regs]
@@ -764,6 +769,30 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float) -> _Learned
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
         tuple(out_regs), repr(out_spec), tuple(consts))
     return _Learned(key, plan, roles, out_spec, cells, seconds)
+
+
+def _renumber(prog, extra: list, out_regs: list, base: int):
+    """The backward rules' temporaries renumbered from `base` in order of definition: how many
+    candidates each rule tried (and so which register numbers they took) must not make two
+    recordings differ."""
+    ren, types = {}, {}
+    for group in extra:
+        for ins in group:
+            for r in ins.outs:
+                if r >= base and r not in ren:
+                    ren[r] = base + len(ren)
+                    types[ren[r]] = prog.types[r]
+    for r in list(prog.types):
+        if r >= base:
+            del prog.types[r]
+    prog.types.update(types)
+
+    def m(a):
+        return Reg(ren.get(int(a), int(a))) if isinstance(a, Reg) else a
+
+    extra = [[Instr(i.op, tuple(m(a) for a in i.args), i.attrs, tuple(ren.get(r, r) for r in i.outs))
+              for i in group] for group in extra]
+    return extra, [ren.get(r, r) for r in out_regs]
 
 
 def rec_value(t) -> np.ndarray:
@@ -799,6 +828,8 @@ class _Explainer:
         self.phase_def = phase_def
         self._arrays: dict = {}
         self.limit = None
+        self.only = None  # a hint's registers (see `explain`)
+        self.cache: dict = {}
         self.def_idx = {r: i for i, ins in enumerate(prog.instrs()) for r in ins.outs}
 
     def _value(self, r: int):
@@ -812,9 +843,12 @@ class _Explainer:
 
     def _defined(self) -> dict:
         """register -> phase, of the registers an explanation may read (see `explain`)."""
-        if self.limit is None:
-            return self.phase_def
-        return {r: ph for r, ph in self.phase_def.items() if self.def_idx.get(r, -1) < self.limit}
+        d = self.phase_def
+        if self.limit is not None:
+            d = {r: ph for r, ph in d.items() if self.def_idx.get(r, -1) < self.limit}
+        if self.only is not None:
+            d = {r: ph for r, ph in d.items() if r in self.only}
+        return d
 
     def _regs(self, shape, dtype, phase="bwd"):
         types = self.prog.types
@@ -822,19 +856,46 @@ class _Explainer:
                 if (phase is None or ph == phase) and tuple(types[r].shape) == tuple(shape)
                 and types[r].dtype == dtype]
 
-    def explain(self, value: np.ndarray, reg, limit: int | None = None) -> list:
+    def explain(self, value: np.ndarray, reg, limit: int | None = None, key=None) -> list:
         """Instructions computing `value` (into `reg`, or a new register), or NotReplayable. Only
-        registers defined before instruction `limit` (the first reader of `reg`) are used."""
+        registers defined before instruction `limit` (the first reader of `reg`) are used. `key`
+        names the tensor's place in the recording; the rule and registers that explained it in an
+        earlier recording of the region (`cache`: recordings of one family number their registers
+        alike) are tried first, alone."""
         self.limit = limit
+        hint = self.cache.get(key) if key is not None else None
+        if hint is not None:
+            self.only = hint[1]
+            try:
+                found = getattr(self, hint[0])(value)
+            finally:
+                self.only = None
+            if found is not None:
+                return self._finish(found, reg)
         for rule in (self._leading_sum, self._softmax, self._layer_norm, self._rows, self._ge0, self._constant):
             found = rule(value)
             if found is not None:
-                instrs = found
-                if reg is not None:  # the last instruction writes the input's own register
-                    last = instrs[-1]
-                    instrs[-1] = Instr(last.op, last.args, last.attrs, (reg,))
-                return instrs
+                if key is not None:
+                    self.cache[key] = (rule.__name__, self._reads(found))
+                return self._finish(found, reg)
         raise NotReplayable(f"unexplained backward tensor {list(value.shape)}")
+
+    @staticmethod
+    def _finish(instrs: list, reg) -> list:
+        if reg is not None:  # the last instruction writes the input's own register
+            last = instrs[-1]
+            instrs[-1] = Instr(last.op, last.args, last.attrs, (reg,))
+        return instrs
+
+    def _reads(self, instrs: list) -> frozenset:
+        """The recorded registers `instrs` read, with every result of the instructions defining
+        them (a rule asks for a forward op's first result: softmax's y, layer_norm's y)."""
+        made = {r for ins in instrs for r in ins.outs}
+        regs = {int(a) for ins in instrs for a in ins.args if isinstance(a, Reg) and int(a) not in made}
+        for ins in self.prog.instrs():
+            if regs.intersection(ins.outs):
+                regs.update(ins.outs)
+        return frozenset(regs)
 
     # --- helpers -----------------------------------------------------------------------------------
     def _new(self, dtype: str, shape) -> int:
