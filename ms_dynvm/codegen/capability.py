@@ -58,8 +58,18 @@ _FLOAT_OPS = FLOAT_INPUT | frozenset({
     "hardswish", "hardsigmoid"})
 
 
+_VIEWS = frozenset({"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice", "select",
+                    "identity", "contiguous"})
+_BOOL_RESULT = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                          "logical_not", "isnan", "isinf", "isfinite"})
+
+
 def _arith(op: str) -> frozenset:
-    out = F32 | (frozenset() if op in NO_F64 else F64) if op in _FLOAT_OPS else frozenset()
+    """The result dtypes of an arithmetic op: float ones (f64 unless NO_F64), integer ones where
+    it is computed in integer arithmetic, bool where it is computed as logic."""
+    out = frozenset()
+    if op in _FLOAT_OPS:
+        out |= F32 if op in NO_F64 else FLOAT
     if op in INT_BINARY or op in _INT_UNARY:
         out |= INT
     if op in BOOL_ARITH:
@@ -69,18 +79,13 @@ def _arith(op: str) -> frozenset:
 
 C_OPS: dict[str, frozenset] = {
     # views: index expressions, any dtype
-    **{op: ANY for op in ("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice",
-                          "select", "identity", "contiguous")},
-    # any dtype (cast: see `refusal` for f64 sources)
+    **{op: ANY for op in _VIEWS},
+    # any dtype (cast: see `computes` for f64 sources)
     **{op: ANY for op in ("cast", "full_like", "fill", "where", "masked_fill", "clamp")},
-    # bool results
-    **{op: BOOL for op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                           "logical_not", "isnan", "isinf", "isfinite")},
+    **{op: BOOL for op in _BOOL_RESULT},
     "nan_to_num": frozenset({"f16", "f32"}),
     # arithmetic (bias_add is add along one axis)
-    **{op: _arith(op) for op in _FLOAT_OPS | INT_BINARY | _INT_UNARY | BOOL_ARITH
-       if op not in ("identity", "contiguous") and op not in ("eq", "ne", "lt", "le", "gt", "ge",
-                                                              "logical_and", "logical_or", "logical_xor")},
+    **{op: _arith(op) for op in (_FLOAT_OPS | INT_BINARY | _INT_UNARY | BOOL_ARITH) - _VIEWS - _BOOL_RESULT},
     "bias_add": _arith("add"),
     # reductions (bool results and max/min of bool inputs: no; mean: float results only)
     **{op: FLOAT | INT for op in ("sum", "prod", "max", "min")},
