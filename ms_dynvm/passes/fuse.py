@@ -27,8 +27,9 @@ name alone, while it records runs (`fusible_ops`).
 
 Grouping rules (greedy, left to right; an instruction that cannot join the open group closes it
 and opens the next one):
-1. Boundaries (and every instruction `fusible` refuses on the backend): COPY ops other than `contiguous` (concat, gather, scatter, ...), matmul, conv/pool,
-   RANDOM, `call`, `arange`, argmax-style and other reductions are 'single' groups.
+1. Boundaries (and every instruction `fusible` refuses on the backend): COPY ops other than
+   `contiguous` (concat, gather, scatter, ...), matmul, conv/pool, RANDOM, `call`, `arange`,
+   argmax-style and other reductions are 'single' groups.
 2. Every value a group computes lives in one of two spaces: 'full' (its shape broadcasts to D:
    right-aligned, each dim equal or 1) or 'row' (the shape D without the axes A: a reduction
    result without keepdims, and elementwise ops on such values). A keepdims reduction result is
