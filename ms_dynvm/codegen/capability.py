@@ -12,11 +12,12 @@ an op missing from it is never fused on the C backend. Beside it, the facts that
   fused group crosses the MindSpore boundary as 2-byte bfloat16: no bfloat16 value is fused;
 - under `eager_math`, `EAGER_MATH_UNFUSED`: ops whose MindSpore CPU kernel is not reproduced.
 
-`refusal(ins, types, eager_math)` reads these tables for one instruction and says why the C
-backend refuses it, or None. What only lowering can tell (slices of symbolic dims, reshapes that
-cannot be grouped, rank-0 softmax) stays with `spec.lower` (`codegen.supports`). The one fusibility
-rule, `passes.fuse.fusible`, asks this module for the C backend; tests check the table against
-lowering and rendering op by op, dtype by dtype (tests/codegen/test_capability.py).
+`refusal(ins, types, eager_math)` reads these tables for one instruction and says why the C backend
+refuses it, or None; `op_refusal(op, eager_math)` answers by op name alone. What only lowering can
+tell (slices of symbolic dims, reshapes that cannot be grouped, rank-0 softmax) stays with
+`spec.lower` (`codegen.supports`). The one fusibility rule, `passes.fuse.fusible`, asks this module
+for the C backend; tests check the table against lowering and rendering op by op, dtype by dtype
+(tests/codegen/test_capability.py).
 """
 
 from __future__ import annotations
@@ -138,6 +139,15 @@ def f16_eager_only(op: str, attrs: dict, eager_math: bool) -> bool:
 
 def _reg_dtype(types: dict, a):
     return types[int(a)].dtype if isinstance(a, Reg) else None
+
+
+def op_refusal(op: str, eager_math: bool = True) -> str | None:
+    """Why the C backend never computes op `op` as eager does, whatever the dtypes, or None."""
+    if op not in C_OPS:
+        return f"op {op} is not supported by the C backend"
+    if eager_math and op in EAGER_MATH_UNFUSED:
+        return f"{op}: MindSpore's kernel is not reproduced"
+    return None
 
 
 def refusal(ins, types: dict, eager_math: bool = True) -> str | None:
