@@ -12,11 +12,12 @@ an op missing from it is never fused on the C backend. Beside it, the facts that
   fused group crosses the MindSpore boundary as 2-byte bfloat16: no bfloat16 value is fused;
 - under `eager_math`, `EAGER_MATH_UNFUSED`: ops whose MindSpore CPU kernel is not reproduced.
 
-`refusal(ins, types, eager_math)` reads these tables for one instruction and says why the C
-backend refuses it, or None. What only lowering can tell (slices of symbolic dims, reshapes that
-cannot be grouped, rank-0 softmax) stays with `spec.lower` (`codegen.supports`). The one fusibility
-rule, `passes.fuse.fusible`, asks this module for the C backend; tests check the table against
-lowering and rendering op by op, dtype by dtype (tests/codegen/test_capability.py).
+`refusal(ins, types, eager_math)` reads these tables for one instruction and says why the C backend
+refuses it, or None; `op_refusal(op, eager_math)` answers by op name alone. What only lowering can
+tell (slices of symbolic dims, reshapes that cannot be grouped, rank-0 softmax) stays with
+`spec.lower` (`codegen.supports`). The one fusibility rule, `passes.fuse.fusible`, asks this module
+for the C backend; tests check the table against lowering and rendering op by op, dtype by dtype
+(tests/codegen/test_capability.py).
 """
 
 from __future__ import annotations
@@ -58,8 +59,18 @@ _FLOAT_OPS = FLOAT_INPUT | frozenset({
     "hardswish", "hardsigmoid"})
 
 
+_VIEWS = frozenset({"reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice", "select",
+                    "identity", "contiguous"})
+_BOOL_RESULT = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                          "logical_not", "isnan", "isinf", "isfinite"})
+
+
 def _arith(op: str) -> frozenset:
-    out = F32 | (frozenset() if op in NO_F64 else F64) if op in _FLOAT_OPS else frozenset()
+    """The result dtypes of an arithmetic op: float ones (f64 unless NO_F64), integer ones where
+    it is computed in integer arithmetic, bool where it is computed as logic."""
+    out = frozenset()
+    if op in _FLOAT_OPS:
+        out |= F32 if op in NO_F64 else FLOAT
     if op in INT_BINARY or op in _INT_UNARY:
         out |= INT
     if op in BOOL_ARITH:
@@ -69,18 +80,13 @@ def _arith(op: str) -> frozenset:
 
 C_OPS: dict[str, frozenset] = {
     # views: index expressions, any dtype
-    **{op: ANY for op in ("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "slice",
-                          "select", "identity", "contiguous")},
-    # any dtype (cast: see `refusal` for f64 sources)
+    **{op: ANY for op in _VIEWS},
+    # any dtype (cast: see `computes` for f64 sources)
     **{op: ANY for op in ("cast", "full_like", "fill", "where", "masked_fill", "clamp")},
-    # bool results
-    **{op: BOOL for op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-                           "logical_not", "isnan", "isinf", "isfinite")},
+    **{op: BOOL for op in _BOOL_RESULT},
     "nan_to_num": frozenset({"f16", "f32"}),
     # arithmetic (bias_add is add along one axis)
-    **{op: _arith(op) for op in _FLOAT_OPS | INT_BINARY | _INT_UNARY | BOOL_ARITH
-       if op not in ("identity", "contiguous") and op not in ("eq", "ne", "lt", "le", "gt", "ge",
-                                                              "logical_and", "logical_or", "logical_xor")},
+    **{op: _arith(op) for op in (_FLOAT_OPS | INT_BINARY | _INT_UNARY | BOOL_ARITH) - _VIEWS - _BOOL_RESULT},
     "bias_add": _arith("add"),
     # reductions (bool results and max/min of bool inputs: no; mean: float results only)
     **{op: FLOAT | INT for op in ("sum", "prod", "max", "min")},
@@ -133,6 +139,15 @@ def f16_eager_only(op: str, attrs: dict, eager_math: bool) -> bool:
 
 def _reg_dtype(types: dict, a):
     return types[int(a)].dtype if isinstance(a, Reg) else None
+
+
+def op_refusal(op: str, eager_math: bool = True) -> str | None:
+    """Why the C backend never computes op `op` as eager does, whatever the dtypes, or None."""
+    if op not in C_OPS:
+        return f"op {op} is not supported by the C backend"
+    if eager_math and op in EAGER_MATH_UNFUSED:
+        return f"{op}: MindSpore's kernel is not reproduced"
+    return None
 
 
 def refusal(ins, types: dict, eager_math: bool = True) -> str | None:

@@ -43,11 +43,12 @@ How a group is lowered
   follow the interpreter's NaN rule (first element NaN -> NaN, other NaNs ignored); softmax's max
   propagates NaN (IEEE semantics, as the reference).
 
-Unsupported (`CodegenError`, reported by `codegen.supports`): COPY ops other than contiguous,
-matmul/conv, RANDOM/OPAQUE, complex dtypes, f64 transcendental functions, integer
-floor_div/trunc_div/mod/fmod/pow, integer hardswish/hardsigmoid, integer mean, argmax-like and
-var/logsumexp/softmax_cross_entropy/softmax_grad reductions, rank-0 softmax, slices of symbolic dims
-other than the full range.
+Unsupported (`CodegenError`; per op and dtype also stated as data in `codegen.capability`, which
+tests check against this lowering; `codegen.supports` lowers to find the shape-dependent cases):
+COPY ops other than contiguous, matmul/conv, RANDOM/OPAQUE, complex dtypes, f64 transcendental
+functions, integer floor_div/trunc_div/mod/fmod/pow, integer hardswish/hardsigmoid, integer mean,
+argmax-like and var/logsumexp/softmax_cross_entropy/softmax_grad reductions, rank-0 softmax, slices of
+symbolic dims other than the full range.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ argument, where it came from:
   `HISTORY` dispatched ops (`HistProv` ("hist", d, side, i, op)), checked at bind time against the op
   name recorded at that position;
 - or, for a 0-d tensor that cannot be bound that way (MindSpore turns the Python scalar of `x - 1.0`
-  into a fresh 0-d tensor at every call), `ConstProv` ("const", bytes, dtype): its value, read when the run was
-  recorded, is what the kernel uses, and when the op arrives the actual 0-d argument must hold exactly
-  those bytes (a guard) or the run is abandoned.
+  into a fresh 0-d tensor at every call), `ConstProv` ("const", bytes, dtype): its value, read when
+  the run was recorded, is what the kernel uses, and when the op arrives the actual 0-d argument must
+  hold exactly those bytes (a guard) or the run is abandoned.
 
 A step whose external input cannot be bound at the first op (it was made between the run's ops by code
 that is not dispatched, or long before) splits the run there. When a run ends, its key (steps, sources,
@@ -43,9 +43,9 @@ inputs at the first op.
 Served ops are counted (`fused_ops`) but not re-recorded; later ops see their results as fresh inputs.
 
 Memory: kernel results are NumPy arrays (`jit.launch.run`) wrapped zero-copy with
-`Tensor.from_numpy`, by default from the memory pool (`ms_dynvm.runtime.memory_pool`, option `pool_results`): a buffer goes back to the
-pool when the last tensor (or array view) over it dies, and is reused only after the next safe point
-(the start of the next kernel launch).
+`Tensor.from_numpy`, by default from the memory pool (`ms_dynvm.runtime.memory_pool`, option
+`pool_results`): a buffer goes back to the pool when the last tensor (or array view) over it
+dies, and is reused only after the next safe point (the start of the next kernel launch).
 """
 
 from __future__ import annotations
@@ -441,8 +441,9 @@ class RunTemplate(GroupKernels):
     # group whose first op also starts other op sequences is not launched where it never completes.
     ctx_fails: dict = field(default_factory=dict)
     ctx_skips: int = 0
-    # Sized scalars (see Tier1._lift): per scalar a SizedScalar; per step, the (argument position, scalar index) its arriving op must hold; and
-    # where each sits in the run's instructions: (instruction, operand, dtype).
+    # Sized scalars (see Tier1._lift): per scalar a SizedScalar; per step, the (argument position,
+    # scalar index) its arriving op must hold; and where each sits in the run's instructions:
+    # (instruction, operand, dtype).
     sized: list = field(default_factory=list)
     sized_checks: dict = field(default_factory=dict)
     sized_operands: list = field(default_factory=list)

@@ -27,8 +27,9 @@ name alone, while it records runs (`fusible_ops`).
 
 Grouping rules (greedy, left to right; an instruction that cannot join the open group closes it
 and opens the next one):
-1. Boundaries (and every instruction `fusible` refuses on the backend): COPY ops other than `contiguous` (concat, gather, scatter, ...), matmul, conv/pool,
-   RANDOM, `call`, `arange`, argmax-style and other reductions are 'single' groups.
+1. Boundaries (and every instruction `fusible` refuses on the backend): COPY ops other than
+   `contiguous` (concat, gather, scatter, ...), matmul, conv/pool, RANDOM, `call`, `arange`,
+   argmax-style and other reductions are 'single' groups.
 2. Every value a group computes lives in one of two spaces: 'full' (its shape broadcasts to D:
    right-aligned, each dim equal or 1) or 'row' (the shape D without the axes A: a reduction
    result without keepdims, and elementwise ops on such values). A keepdims reduction result is
@@ -64,6 +65,8 @@ body makes passes over the reduced axes for the prologue, the reductions and the
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -98,16 +101,17 @@ class Fusible(NamedTuple):
 YES = Fusible(True)
 
 
-def _backend_refusal(backend: str | None):
-    """The per-instruction refusal of a backend's capability data: (ins, types, eager_math) -> str |
-    None. None: the loop structure alone (any backend)."""
-    if backend is None:
-        return None
-    if backend == "c":
-        from ms_dynvm.codegen.capability import refusal
+# Each backend states what it computes as data in a capability module with two answers: by op name
+# (`op_refusal(op, eager_math)`) and by instruction (`refusal(ins, types, eager_math)`), each a
+# reason or None. Adding a backend adds its module here.
+BACKENDS = {"c": "ms_dynvm.codegen.capability"}
 
-        return refusal
-    raise ValueError(f"unknown backend {backend!r}")
+
+@functools.cache
+def _capability(backend: str):
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}")
+    return importlib.import_module(BACKENDS[backend])
 
 
 def fusible(ins: "Instr | str", types: dict | None = None, *, backend: str | None = "c",
@@ -121,18 +125,10 @@ def fusible(ins: "Instr | str", types: dict | None = None, *, backend: str | Non
     op = ins if isinstance(ins, str) else ins.op
     if op not in FUSIBLE:
         return Fusible(False, f"op {op} is not fusible")
-    check = _backend_refusal(backend)
-    if check is None:
+    if backend is None:
         return YES
-    if types is None:
-        from ms_dynvm.codegen.capability import C_OPS, EAGER_MATH_UNFUSED
-
-        if op not in C_OPS:
-            return Fusible(False, f"op {op} is not supported by the {backend} backend")
-        if eager_math and op in EAGER_MATH_UNFUSED:
-            return Fusible(False, f"{op}: MindSpore's kernel is not reproduced")
-        return YES
-    why = check(ins, types, eager_math)
+    cap = _capability(backend)
+    why = cap.op_refusal(op, eager_math) if types is None else cap.refusal(ins, types, eager_math)
     return YES if why is None else Fusible(False, why)
 
 
@@ -151,6 +147,7 @@ def refusal(fn: Function, *, backend: str | None = "c", eager_math: bool = True)
         if not v:
             return v.reason
     return None
+
 
 FULL, ROW, LOAD = "full", "row", "load"
 
