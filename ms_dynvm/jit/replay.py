@@ -216,17 +216,18 @@ def _compiled(ins, attrs, types):
 
 
 def _optimized(program, instrs: list, inputs: list, outputs: list) -> list:
-    """The region's instructions through the pass pipeline (`passes.pipeline.optimize`: dce, cse,
-    simplify, fold) as one IR Function; the instructions as they were where the pipeline cannot
+    """The region's instructions through the pass pipeline once (`passes.pipeline.run_pipeline`:
+    dce, cse, simplify, fold, dce; not to a fixpoint, which compares whole functions by their text,
+    for little more) as one IR Function; the instructions as they were where the pipeline cannot
     take them (counted in `region_pipeline_skipped`). Returns (instructions, output registers)."""
     from ms_dynvm.ir.function import Function
     from ms_dynvm.metrics import METRICS
-    from ms_dynvm.passes.pipeline import optimize
+    from ms_dynvm.passes.pipeline import run_pipeline
 
     params = [int(r) for r in inputs] + [int(r) for r in program.consts]
     fn = Function("region", params, list(instrs), [int(r) for r in outputs], dict(program.types))
     try:
-        out = optimize(fn)
+        out = run_pipeline(fn)
     except Exception as e:  # noqa: BLE001 - the unoptimised program is still right
         METRICS.region_pipeline_skipped[type(e).__name__] += 1
         return instrs, outputs
