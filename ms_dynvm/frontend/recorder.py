@@ -1529,6 +1529,75 @@ class Recorder:
             self.recording.errors.append(f"{name}: {type(exc).__name__}: {exc}")
             self.close_block("error")
 
+    def record_getitem(self, t, index, out) -> bool:
+        """Basic indexing with a Python index (ints, slices with a positive step, None, Ellipsis)
+        inside a record() scope, recorded as VM ops: one full-rank `slice`, a `squeeze` of the
+        integer-indexed axes, `expand_dims` for each None; `out` (MindSpore's result) is bound to the
+        last register. False for any other index: the caller treats it as a sync point. Used by tier
+        2's learning recordings (frontend/regions.py), where indexing is an op of the program."""
+        if self.recording is None:
+            return False
+        items = index if type(index) is tuple else (index,)
+        shape = tuple(t.shape)
+        n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
+        if sum(1 for i in items if i is Ellipsis) > 1 or n_real > len(shape):
+            return False
+        full = []
+        for i in items:
+            if i is Ellipsis:
+                full.extend([slice(None)] * (len(shape) - n_real))
+            else:
+                full.append(i)
+        if Ellipsis not in items:
+            full.extend([slice(None)] * (len(shape) - n_real))
+        begin, end, step, drop, nones = [], [], [], [], []
+        axis = pos = 0
+        for i in full:
+            if i is None:
+                nones.append(pos)
+                pos += 1
+                continue
+            n = shape[axis]
+            if type(i) is int:
+                k = i + n if i < 0 else i
+                if not 0 <= k < n:
+                    return False  # (eager raises: let it, as a sync point)
+                begin.append(k), end.append(k + 1), step.append(1), drop.append(axis)
+            elif type(i) is slice and all(type(v) in (int, type(None)) for v in (i.start, i.stop, i.step)):
+                b, e, st = i.indices(n)
+                if st <= 0:
+                    return False
+                begin.append(b), end.append(max(e, b)), step.append(st)
+                pos += 1
+            else:
+                return False
+            axis += 1
+        dt = t._dtype
+        cur = self._reg_of(t)
+        block = self._open_block()
+        cur_shape = shape
+        if any((b, e, st) != (0, n, 1) for b, e, st, n in zip(begin, end, step, shape)):
+            cur_shape = tuple(len(range(b, e, st)) for b, e, st in zip(begin, end, step))
+            cur = self._emit(block, "slice", [cur], 1, {"begin": tuple(begin), "end": tuple(end),
+                                                         "step": tuple(step)},
+                             (_new_type(dt, cur_shape, True),))[0]
+        if drop:
+            cur_shape = tuple(d for a, d in enumerate(cur_shape) if a not in drop)
+            cur = self._emit(block, "squeeze", [cur], 1, {"axis": tuple(drop)},
+                             (_new_type(dt, cur_shape, True),))[0]
+        for p in nones:
+            cur_shape = cur_shape[:p] + (1,) + cur_shape[p:]
+            cur = self._emit(block, "expand_dims", [cur], 1, {"axis": p}, (_new_type(dt, cur_shape, True),))[0]
+        if cur_shape != tuple(out.shape):
+            return False
+        if cur == self._reg_of(t) and cur_shape == shape:  # x[...], x[:]: a copy of the whole tensor
+            cur = self._emit(block, "reshape", [cur], 1, {"shape": cur_shape}, (_new_type(dt, cur_shape, True),))[0]
+        self._bind(out, cur)
+        # MindSpore's result is a view: an op reading it gets a contiguous copy with no tag, which
+        # `_link_view` links back to this register.
+        self._add_view(out, cur, tensor_type(out), read=True)
+        return True
+
     # --- record() scopes --------------------------------------------------------------------------
     def begin_recording(self, rec: Recording) -> None:
         if self.recording is not None:

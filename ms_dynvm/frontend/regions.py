@@ -872,7 +872,8 @@ class _Explainer:
                 self.only = None
             if found is not None:
                 return self._finish(found, reg)
-        for rule in (self._leading_sum, self._softmax, self._layer_norm, self._rows, self._ge0, self._constant):
+        for rule in (self._leading_sum, self._softmax, self._layer_norm, self._getitem, self._rows, self._ge0,
+                     self._constant):
             found = rule(value)
             if found is not None:
                 if key is not None:
@@ -1061,6 +1062,68 @@ class _Explainer:
         t3 = emit("sub", (t1, t2), {}, shape)
         emit("mul", (t3, rstd), {}, shape)
         return instrs
+
+    def _getitem(self, value):
+        """The backward of basic indexing (recorded as slice / squeeze / expand_dims by
+        `Recorder.record_getitem`): the incoming gradient with the chain undone, zero-padded back to
+        the indexed tensor's shape (slices with step 1)."""
+        if value.dtype.kind != "f":
+            return None
+        types = self.prog.types
+        instrs = list(self.prog.instrs())
+        users: dict = {}
+        for ins in instrs:
+            for a in ins.args:
+                if isinstance(a, Reg):
+                    users.setdefault(int(a), []).append(ins)
+        best = None
+        chain_ops = ("slice", "squeeze", "expand_dims")
+        for ins in instrs:
+            if ins.op not in chain_ops or self.phase_def.get(ins.outs[0]) != "fwd":
+                continue
+            x = int(ins.args[0])
+            if tuple(types[x].shape) != value.shape or types[x].dtype != self._dtype(value):
+                continue
+            chain = [ins]
+            while True:
+                nxt = users.get(chain[-1].outs[0], [])
+                if len(nxt) != 1 or nxt[0].op not in ("squeeze", "expand_dims") or \
+                        self.phase_def.get(nxt[0].outs[0]) != "fwd":
+                    break
+                chain.append(nxt[0])
+            for end in range(len(chain), 0, -1):  # (the chain's last op may be an op of its own)
+                out_ty = types[chain[end - 1].outs[0]]
+                for dy in reversed(self._regs(tuple(out_ty.shape), out_ty.dtype)):
+                    cand = self._undo(chain[:end], dy, x, out_ty.dtype)
+                    if cand is not None:
+                        best = self._better(best, cand, value)
+        return self._accept(best)
+
+    def _undo(self, chain: list, dy: int, x: int, dt: str):
+        types = self.prog.types
+        instrs, cur = [], Reg(dy)
+        shape = tuple(types[dy].shape)
+        for ins in reversed(chain):
+            src = tuple(types[int(ins.args[0])].shape)
+            if ins.op == "expand_dims":
+                shape = src
+                op, attrs = "squeeze", {"axis": (ins.attrs["axis"] % (len(src) + 1),)}
+            elif ins.op == "squeeze":
+                shape = src
+                op, attrs = "reshape", {"shape": src}
+            else:
+                if any(st != 1 for st in ins.attrs["step"]):
+                    return None
+                pads = tuple((b, n - e) for b, e, n in zip(ins.attrs["begin"], ins.attrs["end"], src))
+                shape = src
+                out = self._new(dt, shape)
+                instrs.append(Instr("pad", (cur, 0.0), {"pads": pads}, (out,)))
+                cur = Reg(out)
+                continue
+            out = self._new(dt, shape)
+            instrs.append(Instr(op, (cur,), attrs, (out,)))
+            cur = Reg(out)
+        return instrs if shape == tuple(types[x].shape) else None
 
     def _rows(self, value):
         if value.ndim < 1 or value.dtype.kind != "f":

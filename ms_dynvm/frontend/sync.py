@@ -118,6 +118,18 @@ class Hooks:
         for name in SYNC_METHODS:
             def make(orig, reason=name):
                 def sync_hook(self, *a, **k):
+                    if reason == "__getitem__" and hooks.regions is not None and hooks.regions.cells is not None \
+                            and threading.get_ident() == me and len(a) == 1 and not k:
+                        # Inside a region being learned, basic indexing is an op of the program.
+                        out = orig(self, *a)
+                        try:
+                            ok = rec.record_getitem(self, a[0], out)
+                        except Exception as e:  # noqa: BLE001 - a sync point then, as always
+                            ok = False
+                            rec.on_error(reason, e)
+                        if not ok:
+                            _safe(rec, reason, rec.sync, reason)
+                        return out
                     if threading.get_ident() == me:
                         gate = hooks.gate
                         if gate is not None and gate.bare:

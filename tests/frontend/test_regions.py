@@ -540,3 +540,33 @@ def test_a_cell_that_appends_to_a_list_is_not_replayed(vm):
         net(x)
     assert len(net.seen) == 5
     assert ms_dynvm.stats()["regions_not_replayable"] == {"python state changed": 1}
+
+
+class Indexing(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(6, 6)
+
+    def construct(self, x, m):
+        h = self.fc(x[:, 1:, :])  # slices, None, ints and Ellipsis inside the region
+        h = h + (1.0 - m[:, None, :4])[..., None] * -1.0
+        return h[:, 0] * 2.0 + h[..., -1:].sum() + h[0][None]
+
+
+def test_basic_indexing_inside_a_region_is_an_op_of_the_program(vm):
+    net = Indexing()
+    _init(net, 1)
+    gf = ms.value_and_grad(lambda x, m: (net(x, m) ** 2).mean(), None, net.trainable_params())
+    rng = np.random.default_rng(0)
+    data = [(ms.Tensor(rng.standard_normal((3, 5, 6)).astype(np.float32)),
+             ms.Tensor((rng.random((3, 4)) > 0.5).astype(np.float32))) for _ in range(6)]
+    got = [gf(x, m) for x, m in data]
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] >= 3 and s["regions_not_replayable"] == {}, s
+    ms_dynvm.disable()
+    want = [gf(x, m) for x, m in data]
+    for (gl, gg), (wl, wg) in zip(got, want):
+        np.testing.assert_allclose(gl.asnumpy(), wl.asnumpy(), rtol=1e-5)
+        for a, b in zip(gg, wg):
+            np.testing.assert_allclose(a.asnumpy(), b.asnumpy(), rtol=1e-4, atol=1e-6)
+    ms_dynvm.enable(regions=True, step_switch=False)
