@@ -19,6 +19,8 @@ signature and guards them. This module does not import MindSpore.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ms_dynvm import dtypes
@@ -148,6 +150,43 @@ _FAST = {
     "softmax": _softmax, "softmax_grad": _softmax_grad, "pow": _pow,
     "unsorted_segment_sum": _segment_sum,
 }
+# An operand's buffer is written only where the array owns its memory and nothing but the plan's
+# register file, the step's argument list and this frame refers to it: a view of it (a reshape
+# result still live) holds a reference to it, which this count sees.
+_OWN_REFS = 4  # vals[r], the argument list, the local `x`, getrefcount's own argument
+
+
+def _reusable(x) -> bool:
+    return (type(x) is np.ndarray and x.base is None and x.flags.writeable and x.flags.c_contiguous
+            and sys.getrefcount(x) <= _OWN_REFS + 1)  # (+1: the call of _reusable holds it too)
+
+
+def _inplace_binary(ufunc):
+    def run(a, attrs):
+        x = a[0]
+        if _reusable(x):
+            return ufunc(x, a[1], out=x)
+        return ufunc(x, a[1])
+    run.__name__ = ufunc.__name__ + "_"
+    return run
+
+
+def _inplace_unary(ufunc):
+    def run(a, attrs):
+        x = a[0]
+        if _reusable(x):
+            return ufunc(x, out=x)
+        return ufunc(x)
+    run.__name__ = ufunc.__name__ + "_"
+    return run
+
+
+_INPLACE = {
+    "add": _inplace_binary(np.add), "sub": _inplace_binary(np.subtract), "mul": _inplace_binary(np.multiply),
+    "div": _inplace_binary(np.divide), "maximum": _inplace_binary(np.maximum),
+    "minimum": _inplace_binary(np.minimum), "neg": _inplace_unary(np.negative), "exp": _inplace_unary(np.exp),
+    "sqrt": _inplace_unary(np.sqrt), "square": _inplace_unary(np.square), "abs": _inplace_unary(np.abs),
+}
 _FLOATS = frozenset(("f32", "f64"))
 # Ops the fast path may run on any dtype (they move or pick elements, no arithmetic).
 _ANY_DTYPE = frozenset(("reshape", "transpose", "tile"))
@@ -246,13 +285,14 @@ class RegionPlan:
         self.consts = consts
         self.nregs = nregs
         self.out_dts = [dtypes.to_numpy(types[r].dtype) for r in out_regs]
-        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values())
+        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values())
+        self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values())
 
     def describe(self) -> dict:
         """How the steps run: op -> how many run by a NumPy fast path, a compiled kernel, the
         reference interpreter."""
         out: dict = {}
-        fast = set(_FAST.values())
+        fast = set(_FAST.values()) | set(_INPLACE.values())
         for s in self.steps:
             how = "numpy" if s.fn in fast else "kernel" if s.fn.__name__.startswith("kernel[") else "interpreter"
             d = out.setdefault(s.op, {})
@@ -312,10 +352,25 @@ class RegionPlan:
         missing = [int(r) for r in outputs if int(r) not in have]
         if missing:
             raise NotReplayable(f"output %{missing[0]} is not computed")
+        # Memory reuse: an elementwise step whose first operand is a temporary of the plan read for
+        # the last time there, of the result's shape and dtype, writes its result into that
+        # operand's buffer (`_inplace`; checked again at run time: the buffer must own its memory).
+        last = {}
+        for i, ins in enumerate(keep):
+            for a in ins.args:
+                if isinstance(a, Reg):
+                    last[int(a)] = i
+        ext = set(int(r) for r in inputs) | set(program.consts) | set(int(r) for r in outputs)
         steps = []
-        for ins in keep:
+        for i, ins in enumerate(keep):
             attrs = opcodes.full_attrs(ins.op, ins.attrs)
-            fn = _FAST[ins.op] if _fast_ok(ins, types) else _compiled(ins, attrs, types) or _interp.RAW_IMPLS[ins.op]
+            fast = _fast_ok(ins, types)
+            fn = _FAST[ins.op] if fast else _compiled(ins, attrs, types) or _interp.RAW_IMPLS[ins.op]
+            if fast and ins.op in _INPLACE and isinstance(ins.args[0], Reg):
+                a0 = int(ins.args[0])
+                if a0 not in ext and last.get(a0) == i and types[a0] == types[ins.outs[0]] and \
+                        all(int(a) != a0 for a in ins.args[1:] if isinstance(a, Reg)):
+                    fn = _INPLACE[ins.op]
             mask = tuple(isinstance(a, Reg) for a in ins.args)
             args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
             dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)
