@@ -53,6 +53,7 @@ def enabled(**options):
     """Context manager: `with ms_dynvm.enabled(): ...`."""
     from ms_dynvm.frontend.dispatch import enabled as _enabled
 
+    _observe_profiler()
     return _enabled(**options)
 
 
@@ -68,6 +69,7 @@ def record(**options):
     `rec.inputs`, `rec.outputs`."""
     from ms_dynvm.frontend.dispatch import record as _record
 
+    _observe_profiler()
     return _record(**options)
 
 

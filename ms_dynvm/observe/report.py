@@ -87,7 +87,12 @@ def _steps() -> dict:
     for sw in step_mod.switches():
         for s in sw.summary():
             label = series.key_label(s["key"])
-            d = per_key.setdefault(label, {"label": label, "vm": [], "bare": [], "way": None})
+            d = per_key.get(label)
+            if d is None:
+                if not (s["vm"] or s["bare"]):
+                    continue
+                # (steps older than the series holds: the switch's recent samples stand in)
+                d = per_key[label] = {"label": label, "vm": s["vm"], "bare": s["bare"], "way": None}
             d["way"] = "ms_dynvm" if s["way"] == "vm" else "eager"
     keys = []
     for d in per_key.values():

@@ -1,0 +1,82 @@
+"""A real training loop under `mindspore.profiler.profile` with ms_dynvm enabled: MindSpore's events and
+ms_dynvm's end up in one trace_view.json, in time order, on one clock."""
+
+import glob
+import json
+import os
+
+import pytest
+
+import ms_dynvm
+from ms_dynvm.observe import events, profiler
+from tests.observe.train import Trainer
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    import mindspore as ms
+    from mindspore.profiler import ProfilerActivity
+
+    out = str(tmp_path_factory.mktemp("profile"))
+    merged_before = len(profiler.merged)
+    with ms_dynvm.enabled(step_switch=True, compile_policy="threshold"):
+        t = Trainer()
+        t.run(3)  # warm: the model is built and the first steps compile outside the profile
+        assert not events.ON  # recording is off outside a profile
+        with ms.profiler.profile(activities=[ProfilerActivity.CPU],
+                                 on_trace_ready=ms.profiler.tensorboard_trace_handler(out)):
+            assert events.ON
+            t.run(12, batch=lambda i: 4 + 4 * (i % 2))
+        assert not events.ON
+    paths = glob.glob(os.path.join(out, "*", "ASCEND_PROFILER_OUTPUT", "trace_view.json"))
+    assert len(paths) == 1
+    assert profiler.merged[merged_before:] and profiler.merged[-1][0] == paths[0]
+    with open(paths[0]) as f:
+        return json.load(f)
+
+
+def _split(doc):
+    pname = {e["pid"]: e["args"]["name"] for e in doc if e.get("ph") == "M" and e["name"] == "process_name"}
+    dvm = [p for p, n in pname.items() if n == "ms_dynvm"]
+    assert len(dvm) == 1, pname
+    ours = [e for e in doc if e.get("ph") != "M" and e["pid"] == dvm[0]]
+    theirs = [e for e in doc if e.get("ph") != "M" and e["pid"] != dvm[0]]
+    return ours, theirs, pname, dvm[0]
+
+
+def test_both_in_one_file(trace):
+    ours, theirs, pname, pid = _split(trace)
+    assert len(theirs) > 100 and any(n == "CPU OP" for n in pname.values())
+    assert any("SGD" in e["name"] for e in theirs)  # MindSpore's kernels of the loop
+    tracks = {e["args"]["name"] for e in trace if e.get("ph") == "M" and e["pid"] == pid and e["name"] == "thread_name"}
+    assert {"ms_dynvm step", "ms_dynvm kernel", "ms_dynvm recording"} <= tracks
+    cats = {e["cat"] for e in ours}
+    assert {"ms_dynvm.step", "ms_dynvm.kernel"} <= cats
+    assert any(e["name"] == "fused group served" and e["ph"] == "X" for e in ours)
+    assert any(e["name"] in ("step (ms_dynvm)", "step (bare eager)") for e in ours)
+
+
+def test_ordered(trace):
+    timed = [e for e in trace if e.get("ph") != "M"]
+    ts = [float(e["ts"]) for e in timed]
+    assert ts == sorted(ts)
+    first_timed = next(i for i, e in enumerate(trace) if e.get("ph") != "M")
+    assert all(e.get("ph") != "M" for e in trace[first_timed:])  # metadata first
+
+
+def test_one_clock(trace):
+    """ms_dynvm's events lie within MindSpore's span (the profile's first kernel may start a little
+    after the window opens: 0.2 s of slack, against a clock error that would be years or a factor
+    of 1000), and each whole step ms_dynvm timed contains MindSpore kernels of that step."""
+    ours, theirs, _, _ = _split(trace)
+    lo = min(float(e["ts"]) for e in theirs)
+    hi = max(float(e["ts"]) + float(e.get("dur", 0)) for e in theirs)
+    for e in ours:
+        assert lo - 2e5 <= float(e["ts"]) <= hi + 2e5, (e, lo, hi)
+    inside = sum(lo <= float(e["ts"]) <= hi for e in ours)
+    assert inside >= 0.9 * len(ours)
+    steps = [e for e in ours if e["name"] in ("step (ms_dynvm)", "step (bare eager)")]
+    assert len(steps) >= 5
+    for s in steps:
+        a, b = float(s["ts"]), float(s["ts"]) + s["dur"]
+        assert any(a <= float(e["ts"]) <= b and "SGD" in e["name"] for e in theirs), s
