@@ -7,6 +7,8 @@
                                   report JSON): compile each group again with its options and compare
                                   its kernel with the NumPy reference interpreter on random inputs
   cache ls|clear|verify [--dir D] the kernel cache on disk (default $DYNVM_CACHE_DIR or ~/.cache/ms_dynvm)
+  timeline TRACE -o OUT.png       draw a Chrome trace (a merged trace_view.json) as a PNG, one row per
+                                  track, for a quick look without Perfetto
 
 Exit status: 0 when all went well, 1 when a replayed group failed or a cache entry is corrupt, 2 on
 bad arguments or unreadable files. Needs no MindSpore.
@@ -293,6 +295,23 @@ def cmd_cache(a) -> int:
     return 1 if bad else 0
 
 
+# --- timeline ---------------------------------------------------------------------------------------
+def cmd_timeline(a) -> int:
+    try:
+        with open(a.trace) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return _die(str(e))
+    from ms_dynvm.observe.report import draw_timeline
+
+    try:
+        n = draw_timeline(doc, a.output, start_ms=a.start_ms, span_ms=a.span_ms, width=a.width)
+    except ValueError as e:
+        return _die(f"{a.trace}: {e}")
+    print(f"{os.path.abspath(a.output)} ({n} events drawn)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ms_dynvm", description="ms_dynvm's command line")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -319,6 +338,13 @@ def main(argv=None) -> int:
     p.add_argument("--delete", action="store_true", help="verify: delete corrupt entries")
     p.add_argument("-q", "--quiet", action="store_true", help="ls: totals only")
     p.set_defaults(fn=cmd_cache)
+    p = sub.add_parser("timeline", help="draw a Chrome trace (e.g. a merged trace_view.json) as a PNG")
+    p.add_argument("trace")
+    p.add_argument("-o", "--output", default="timeline.png")
+    p.add_argument("--start-ms", type=float, default=0.0, help="from this many ms after the first event")
+    p.add_argument("--span-ms", type=float, default=None, help="this many ms (default: all)")
+    p.add_argument("--width", type=float, default=14.0, help="figure width in inches")
+    p.set_defaults(fn=cmd_timeline)
     a = ap.parse_args(argv)
     return a.fn(a)
 

@@ -260,6 +260,18 @@ class _TracingMetrics(Metrics):
         d["step_flips"] = v
 
     @property
+    def region_calls(self):
+        return self.__dict__["region_calls"]
+
+    @region_calls.setter
+    def region_calls(self, v):
+        from ms_dynvm.observe import events
+
+        if v > self.__dict__.get("region_calls", 0):
+            events.instant("region call", "region", calls=v)
+        self.__dict__["region_calls"] = v
+
+    @property
     def recordings(self):
         return self.__dict__["recordings"]
 

@@ -137,7 +137,7 @@ def chrome_events(events: list, pid: int, process_name: str = "ms_dynvm") -> lis
     out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name}},
            {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
     for c, tid in tids.items():
-        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"ms_dynvm {c}"}})
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": c}})
         out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     for name, cat, ts, dur, _thread, args in sorted(events, key=lambda e: e[2]):
         ev = {"name": name, "cat": f"ms_dynvm.{cat}", "pid": pid, "tid": tids[cat], "ts": ts}

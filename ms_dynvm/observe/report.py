@@ -490,6 +490,58 @@ def render_html(data: dict) -> str:
     return "\n".join(parts)
 
 
+def draw_timeline(doc, png: str, start_ms: float = 0.0, span_ms: float | None = None, width: float = 14.0) -> int:
+    """Draw Chrome-trace events (a list, or a dict with "traceEvents") as a PNG: one row per track
+    (process / thread names from the metadata), spans as bars, instants as ticks, counters left out.
+    Returns the number of events drawn."""
+    trace = doc["traceEvents"] if isinstance(doc, dict) else doc
+    pname, tname = {}, {}
+    for e in trace:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            pname[e["pid"]] = e["args"]["name"]
+        elif e.get("ph") == "M" and e.get("name") == "thread_name":
+            tname[(e["pid"], e["tid"])] = e["args"]["name"]
+    timed = [e for e in trace if e.get("ph") in ("X", "i", "I")]
+    if not timed:
+        raise ValueError("no timed events")
+    t0 = min(float(e["ts"]) for e in timed) + 1e3 * start_ms
+    t1 = t0 + 1e3 * span_ms if span_ms else max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed)
+    rows: dict = {}
+    for e in timed:
+        ts = float(e["ts"])
+        end = ts + float(e.get("dur", 0) or 0)
+        if end < t0 or ts > t1:
+            continue
+        key = (e.get("pid"), e.get("tid"))
+        rows.setdefault(key, []).append(e)
+    order = sorted(rows, key=lambda k: (pname.get(k[0]) == "ms_dynvm", str(k[0]), str(k[1])))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(width, 0.5 + 0.42 * len(order)))
+    colors = {}
+    palette = ["#2a7ab9", "#e69f00", "#009e73", "#c0392b", "#8e44ad", "#56b4e9", "#d55e00", "#7f8c8d"]
+    drawn = 0
+    for y, key in enumerate(order):
+        for e in rows[key]:
+            ts = (float(e["ts"]) - t0) / 1e3
+            name = str(e.get("name", ""))
+            c = colors.setdefault(name.split(":")[0].split(" (")[0], palette[len(colors) % len(palette)])
+            if e["ph"] == "X":
+                ax.broken_barh([(ts, max(float(e.get("dur", 0)) / 1e3, 0.02))], (y - 0.35, 0.7), color=c, lw=0)
+            else:
+                ax.plot([ts, ts], [y - 0.38, y + 0.38], color=c, lw=0.8)
+            drawn += 1
+    labels = [f"{pname.get(k[0], k[0])} / {tname.get(k, k[1])}" for k in order]
+    ax.set_yticks(range(len(order)), labels, fontsize=8)
+    ax.set_ylim(-0.6, len(order) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlim(0, (t1 - t0) / 1e3)
+    ax.set_xlabel("ms")
+    ax.grid(axis="x", color="#eee")
+    fig.savefig(png, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return drawn
+
+
 # --- writing ----------------------------------------------------------------------------------------
 def paths_for(path: str) -> tuple[str, str]:
     path = os.path.abspath(os.fspath(path))

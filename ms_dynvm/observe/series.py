@@ -131,6 +131,10 @@ def compile_done(fn, key: str, seconds: float, outcome: str, opts: dict, error: 
         if error:
             entry["error"] = error
         COMPILES.append(entry)
+        from ms_dynvm.observe import log
+
+        log.get("compile").debug("%s %.1f ms: %s (%s)%s", outcome, 1e3 * seconds, " > ".join(ops), sig,
+                                 f": {error}" if error else "")
         if events.ON:
             us = int(seconds * 1e6)
             events.emit(f"compile {'+'.join(ops[:6])}{'…' if len(ops) > 6 else ''}", "compile",

@@ -88,7 +88,7 @@ def test_chrome_events_have_own_process_and_tracks():
     meta = [e for e in doc if e["ph"] == "M"]
     assert {"ph": "M", "name": "process_name", "pid": 77, "tid": 0, "args": {"name": "ms_dynvm"}} in meta
     tracks = {e["args"]["name"] for e in meta if e["name"] == "thread_name"}
-    assert tracks == {"ms_dynvm step", "ms_dynvm fallback", "ms_dynvm pool"}
+    assert tracks == {"step", "fallback", "pool"}
     timed = [e for e in doc if e["ph"] != "M"]
     assert [e["ph"] for e in timed] == ["X", "i", "C"]  # sorted by ts (1000 is the oldest)
     assert timed[0]["dur"] == 50 and timed[2]["args"] == {"reserved": 10, "live": 5}

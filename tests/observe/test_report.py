@@ -7,9 +7,12 @@ import tempfile
 
 import pytest
 
-import ms_dynvm
-from tests.observe import chromium
-from tests.observe.train import train
+pytest.importorskip("mindspore")
+pytest.importorskip("matplotlib")
+
+import ms_dynvm  # noqa: E402
+from tests.observe import chromium  # noqa: E402
+from tests.observe.train import train  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +21,9 @@ def report(tmp_path_factory):
 
     series.clear()
     ms_dynvm.reset_stats()
+    from ms_dynvm.frontend.dispatch import forget_compiled
+
+    forget_compiled()  # (tier 1's executors outlive a test: start from nothing learned)
     with ms_dynvm.enabled(step_switch=True, compile_policy="threshold"):
         losses = train(steps=18)
     out = tmp_path_factory.mktemp("report") / "report.html"
@@ -75,7 +81,7 @@ def test_report_html_is_self_contained(report):
 
 
 @pytest.mark.skipif(chromium.find() is None,
-                    reason="no chromium binary (Debian: apt-get install -y chromium)")
+                    reason="no chromium binary on PATH (Debian: apt-get install -y chromium; scripts/setup.sh tries it as root)")
 def test_report_in_headless_chromium(report):
     _, paths, _ = report
     art = os.environ.get("DYNVM_TEST_ARTIFACTS") or tempfile.mkdtemp(prefix="dvm-artifacts-")
@@ -90,7 +96,7 @@ def test_report_in_headless_chromium(report):
 
 
 @pytest.mark.skipif(chromium.find() is None,
-                    reason="no chromium binary (Debian: apt-get install -y chromium)")
+                    reason="no chromium binary on PATH (Debian: apt-get install -y chromium; scripts/setup.sh tries it as root)")
 def test_chromium_check_sees_errors(tmp_path):
     """The check above can fail: a page with a console error, an exception and a missing image."""
     page = tmp_path / "bad.html"
