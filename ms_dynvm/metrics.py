@@ -304,8 +304,11 @@ def _trace_pool(on: bool) -> None:
         t0 = events.now_us()
         moved = plain()
         if events.ON:
-            events.emit("pool safe point", "pool", t0, events.now_us() - t0, moved=moved)
-            events.counter("pool bytes", "pool", reserved=pool._reserved, live=pool._live)
+            try:
+                events.emit("pool safe point", "pool", t0, events.now_us() - t0, moved=moved)
+                events.counter("pool bytes", "pool", reserved=pool._reserved, live=pool._live)
+            except Exception:  # noqa: BLE001 - tracing never breaks a launch
+                pass
         return moved
 
     pool.safe_point = safe_point

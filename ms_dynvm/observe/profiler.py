@@ -10,7 +10,8 @@
   fused kernels, compiles, fallbacks, guards, regions, pool), on MindSpore's clock (both are wall-clock
   microseconds since the epoch), the file's timed events sorted by time. With `async_mode=True` the
   file appears later: a daemon thread waits for it (up to `ASYNC_WAIT_S`).
-A profiler already running when `install()` runs starts the window there. MindSpore is imported only
+A profiler already running when `install()` runs starts the window there (its controller holds the
+unwrapped `stop`: the window then closes at `analyse`). MindSpore is imported only
 inside these functions (this module is a core layer's). Failures are logged once and never reach
 the script.
 """
@@ -69,6 +70,9 @@ def install() -> bool:
     def analyse(cls, **kwargs):
         path = None
         try:
+            # A profile whose controller was made before install() calls the unwrapped stop: its
+            # window closes here.
+            _on_stop()
             path = trace_path()
         except Exception as e:  # noqa: BLE001
             _fail("analyse", e)

@@ -148,3 +148,24 @@ def test_cache_ls_verify_clear(tmp_path, capsys):
     assert "removed 2 entries" in capsys.readouterr().out
     assert main(["cache", "ls", "--dir", str(d), "-q"]) == 0
     assert "0 entries" in capsys.readouterr().out
+
+
+def test_timeline(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([
+        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "CPU OP"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "ms_dynvm"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 1, "args": {"name": "kernel"}},
+        {"ph": "X", "name": "MatMul", "pid": 1, "tid": 0, "ts": "1000.5", "dur": "30"},
+        {"ph": "X", "name": "fused group served", "pid": 2, "tid": 1, "ts": 1040, "dur": 20},
+        {"ph": "i", "name": "fallback: tier1: op_mismatch", "pid": 2, "tid": 1, "ts": 5000, "s": "t"},
+        {"ph": "C", "name": "pool bytes", "pid": 2, "tid": 1, "ts": 1100, "args": {"live": 1}}]))
+    png = tmp_path / "t.png"
+    assert main(["timeline", str(trace), "-o", str(png)]) == 0
+    assert "(3 events drawn)" in capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["timeline", str(trace), "-o", str(png), "--span-ms", "0.05"]) == 0
+    assert "(2 events drawn)" in capsys.readouterr().out
+    trace.write_text("[]")
+    assert main(["timeline", str(trace), "-o", str(png)]) == 2

@@ -85,3 +85,68 @@ def test_one_clock(trace):
     for s in steps:
         a, b = float(s["ts"]), float(s["ts"]) + s["dur"]
         assert any(a <= float(e["ts"]) <= b and "SGD" in e["name"] for e in theirs), s
+
+
+def test_profile_started_before_enable(tmp_path):
+    """A profile made before ms_dynvm hooked the profiler: the window opens at enable() and closes
+    when MindSpore analyses (its controller calls the unwrapped stop)."""
+    import mindspore as ms
+    from mindspore.profiler import ProfilerActivity
+
+    t = Trainer(seed=1)
+    profiler.uninstall()
+    before = len(profiler.merged)
+    prof = ms.profiler.profile(activities=[ProfilerActivity.CPU],
+                               on_trace_ready=ms.profiler.tensorboard_trace_handler(str(tmp_path)))
+    prof.start()
+    try:
+        with ms_dynvm.enabled(step_switch=True, compile_policy="threshold"):
+            assert events.ON
+            t.run(4)
+    finally:
+        prof.stop()
+    assert not events.ON
+    assert len(profiler.merged) == before + 1
+    path, n = profiler.merged[-1]
+    assert n > 0 and path.startswith(str(tmp_path))
+    with open(path) as f:
+        ours, theirs, _, _ = _split(json.load(f))
+    assert len(ours) == n and theirs
+
+
+def test_merge_into_a_dict_trace_and_async(tmp_path, monkeypatch):
+    """A trace in the {"traceEvents": [...]} form; and with async analysis, a file that appears later."""
+    import threading
+    import time
+
+    events.start("test")
+    events.emit("fused group served", "kernel", 2_000, 10, ops=3)
+    events.stop("test")
+    evs = events.snapshot()
+    p = tmp_path / "trace_view.json"
+    p.write_text(json.dumps({"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "CPU OP"}},
+        {"ph": "X", "name": "MatMul", "pid": 7, "tid": 0, "ts": "2005.5", "dur": "3"},
+        {"ph": "X", "name": "Add", "pid": 7, "tid": 0, "ts": "1000.0", "dur": "3"}], "displayTimeUnit": "ms"}))
+    assert profiler.merge_into(str(p), evs) == 1
+    doc = json.loads(p.read_text())
+    assert doc["displayTimeUnit"] == "ms"
+    timed = [e for e in doc["traceEvents"] if e["ph"] != "M"]
+    assert [e["name"] for e in timed] == ["Add", "fused group served", "MatMul"]
+    assert timed[1]["pid"] == 8  # a pid the file does not use
+
+    q = tmp_path / "later" / "trace_view.json"
+    monkeypatch.setattr(profiler, "_pending", list(evs))
+    profiler._on_analysed(str(q), async_mode=True)
+
+    def write_later():
+        time.sleep(0.3)
+        q.parent.mkdir()
+        q.write_text(json.dumps([{"ph": "X", "name": "Add", "pid": 1, "tid": 0, "ts": 1000, "dur": 1}]))
+
+    threading.Thread(target=write_later).start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (profiler.merged and profiler.merged[-1][0] == str(q)):
+        time.sleep(0.1)
+    assert profiler.merged[-1] == (str(q), 1)
+    assert [e["name"] for e in json.loads(q.read_text()) if e["ph"] != "M"] == ["Add", "fused group served"]
