@@ -114,8 +114,6 @@ def cmd_dump(a) -> int:
 
 def _inputs(fn, size: int, rng):
     """Random inputs for group `fn`, every symbolic dim's symbol bound to `size`."""
-    import numpy as np
-
     from ms_dynvm import dtypes
     from ms_dynvm.bytecode.types import eval_dim
 

@@ -3,7 +3,6 @@ or region calls) fall back, naming the top ops and reasons and a report it wrote
 
 import json
 import logging
-import os
 
 import pytest
 

@@ -8,8 +8,6 @@ import sys
 import warnings
 from collections import Counter
 
-import pytest
-
 from ms_dynvm import metrics, warn
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.observe import events, log

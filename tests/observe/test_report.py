@@ -2,6 +2,7 @@
 headless Chromium (no console errors; a screenshot is saved and its path printed)."""
 
 import json
+import math
 import os
 import tempfile
 
@@ -33,6 +34,7 @@ def report(tmp_path_factory):
 
 def test_report_json(report):
     losses, paths, data = report
+    assert len(losses) == 18 and all(math.isfinite(x) for x in losses)  # a real loop: finite losses
     assert paths["html"].endswith("report.html") and paths["json"].endswith("report.json")
     assert data["errors"] == []
     st = data["stats"]
@@ -75,7 +77,8 @@ def test_report_json(report):
 
 def test_report_html_is_self_contained(report):
     _, paths, _ = report
-    html = open(paths["html"]).read()
+    with open(paths["html"]) as f:
+        html = f.read()
     assert html.count("data:image/png;base64,") == 4
     assert "<script" not in html and "http://" not in html and "https://" not in html
 
