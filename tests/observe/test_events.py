@@ -8,6 +8,8 @@ import sys
 import warnings
 from collections import Counter
 
+import pytest
+
 from ms_dynvm import metrics, warn
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.observe import events, log
@@ -146,3 +148,22 @@ def test_warn_once_warns_and_logs(caplog):
     assert [str(x.message) for x in w] == ["something is missing"]
     assert [r.name for r in caplog.records if "something is missing" in r.getMessage()] == ["ms_dynvm.warn"]
     warn._WARNED.discard(key)
+
+
+def test_failures_are_counted_and_warned_once(monkeypatch, caplog):
+    """A failure inside observability never reaches the runtime: counted, one logging warning."""
+    from ms_dynvm.observe import series
+
+    def boom(*a, **k):
+        raise RuntimeError("broken sampler")
+
+    monkeypatch.setattr(series, "counters", boom)
+    before = series.errors
+    with caplog.at_level(logging.WARNING, logger="ms_dynvm"):
+        for _ in range(3):
+            series.step_end((1, (3,)), 0.01, True)  # (what cost/step.py calls)
+            series._last_sample = 0.0
+    assert series.errors == before + 3
+    warns = [r for r in caplog.records if "broken sampler" in r.getMessage()]
+    assert len(warns) == 1 and warns[0].name == "ms_dynvm.report"
+

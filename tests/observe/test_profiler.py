@@ -150,3 +150,22 @@ def test_merge_into_a_dict_trace_and_async(tmp_path, monkeypatch):
         time.sleep(0.1)
     assert profiler.merged[-1] == (str(q), 1)
     assert [e["name"] for e in json.loads(q.read_text()) if e["ph"] != "M"] == ["Add", "fused group served"]
+
+
+def test_a_failed_merge_never_reaches_the_script(tmp_path, monkeypatch, caplog):
+    """MindSpore's analyse goes through ms_dynvm's wrapper; a trace that cannot be merged is logged
+    once and the call returns normally."""
+    import logging
+
+    from mindspore.profiler.profiler_interface import ProfilerInterface
+
+    assert profiler.install()
+    p = tmp_path / "trace_view.json"
+    p.write_text("{not json")
+    monkeypatch.setattr(profiler, "trace_path", lambda: str(p))
+    monkeypatch.setattr(profiler, "_pending", [("x", "other", 1, 1, 0, None)])
+    monkeypatch.setattr(ProfilerInterface, "is_initialized", False)  # MindSpore's own analyse: a no-op
+    with caplog.at_level(logging.WARNING, logger="ms_dynvm"):
+        ProfilerInterface.analyse()
+    assert any(r.name == "ms_dynvm.profiler" and "failed in analyse" in r.getMessage() for r in caplog.records)
+    assert p.read_text() == "{not json"
