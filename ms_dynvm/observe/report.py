@@ -401,7 +401,7 @@ def render_html(data: dict) -> str:
              ("gcc compiles", st.get("compiles")), ("compile time (s)", _fmt(st.get("compile_seconds"))),
              ("kernel cache hit rate", _fmt(st.get("cache_hit_rate"), "%")),
              ("steps under ms_dynvm / eager", f"{sc.get('vm', 0)} / {sc.get('bare', 0)}"),
-             ("fallbacks", sum((st.get("fallbacks") or {}).values()))]
+             ("tier-1 fallbacks (with probes)", sum((st.get("fallbacks") or {}).values()))]
     parts.append("<div class='cards'>" + "".join(
         f"<div class='card'><b>{v if isinstance(v, str) else _fmt(v)}</b><span>{html.escape(k)}</span></div>"
         for k, v in cards) + "</div>")

@@ -5,7 +5,8 @@
   MindSpore eager).
 - `SAMPLES`: snapshots of the runtime's counters (compiles, compile seconds, kernel cache hits and
   misses, ops seen, fused ops, fallbacks) and of the memory pool (reserved and live bytes), taken at
-  step ends and at op-count flushes, at most one per `SAMPLE_EVERY_S`.
+  step ends and at op-count flushes, at most one per `sample_every_s`; when `MAX_SAMPLES` are held,
+  every other one is dropped and the interval doubles (a long run keeps its whole history, coarser).
 - `COMPILES`: one entry per kernel build or load (codegen/kernel.py calls `compile_done`): its time,
   outcome, group (op names), signature and canonical IR text: the compile log that `python -m
   ms_dynvm replay` re-runs. With `DYNVM_COMPILE_LOG=<file>` each entry is also appended there as one
@@ -27,8 +28,10 @@ from collections import deque
 from ms_dynvm.observe import events
 
 SAMPLE_EVERY_S = 0.02
+MAX_SAMPLES = 4096
+sample_every_s = SAMPLE_EVERY_S
 STEPS: deque = deque(maxlen=50_000)
-SAMPLES: deque = deque(maxlen=10_000)
+SAMPLES: list = []
 COMPILES: deque = deque(maxlen=1_000)
 errors = 0
 T0 = time.time()  # wall time at import: series times are reported relative to it
@@ -107,13 +110,16 @@ def counters() -> dict:
 
 
 def sample(t: float | None = None, force: bool = False) -> None:
-    global _last_sample
+    global _last_sample, sample_every_s
     t = time.time() if t is None else t
-    if not force and t - _last_sample < SAMPLE_EVERY_S:
+    if not force and t - _last_sample < sample_every_s:
         return
     _last_sample = t
     d = counters()
     d["t"] = t
+    if len(SAMPLES) >= MAX_SAMPLES:
+        SAMPLES[:] = SAMPLES[::2]
+        sample_every_s *= 2
     SAMPLES.append(d)
     if events.ON and "pool_reserved_bytes" in d:
         events.counter("pool bytes", "pool", reserved=d["pool_reserved_bytes"], live=d["pool_live_bytes"])
@@ -149,11 +155,12 @@ def compile_done(fn, key: str, seconds: float, outcome: str, opts: dict, error: 
 
 
 def clear() -> None:
-    global _last_sample
+    global _last_sample, sample_every_s
     STEPS.clear()
     SAMPLES.clear()
     COMPILES.clear()
     _last_sample = 0.0
+    sample_every_s = SAMPLE_EVERY_S
 
 
 def timed_build(cache, key: str, fn, opts: dict, get):

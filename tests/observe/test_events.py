@@ -167,3 +167,14 @@ def test_failures_are_counted_and_warned_once(monkeypatch, caplog):
     warns = [r for r in caplog.records if "broken sampler" in r.getMessage()]
     assert len(warns) == 1 and warns[0].name == "ms_dynvm.report"
 
+
+
+def test_samples_thin_out_instead_of_dropping_history(monkeypatch):
+    from ms_dynvm.observe import series
+
+    monkeypatch.setattr(series, "MAX_SAMPLES", 8)
+    for i in range(20):
+        series.sample(t=1000.0 + i, force=True)
+    ts = [s["t"] for s in series.SAMPLES]
+    assert len(ts) <= 8 and ts[0] == 1000.0 and ts[-1] == 1019.0 and ts == sorted(ts)
+    assert series.sample_every_s > series.SAMPLE_EVERY_S
