@@ -11,8 +11,9 @@ What falls back:
 - regions: `region_fallbacks` out of `region_calls` (whole regions run by ms_dynvm).
 
 A window ends after `WINDOW_STEPS` steps (cost/step.py's steps), or, in a script without timed steps,
-after `WINDOW_OPS` ops; windows with fewer than `MIN_OPS` ops (or `MIN_CALLS` group or region calls)
-are not judged. One warning per process. `DYNVM_ALARM=0` turns the alarm off;
+after `WINDOW_OPS` ops (judged where the runtime folds its op counts, every ~4096 ops), and once it
+holds at least `MIN_OPS` ops or `MIN_CALLS` group or region calls (steps that ran bare, as plain
+MindSpore, show ms_dynvm no ops: the window goes on until it has seen enough). One warning per process. `DYNVM_ALARM=0` turns the alarm off;
 `DYNVM_ALARM_THRESHOLD`, `DYNVM_ALARM_WINDOW` (steps) override the numbers; the report goes to
 `DYNVM_REPORT` (a path ending in .html; default: ms_dynvm-<pid>/report.html in the temp directory).
 """
@@ -111,11 +112,15 @@ def check() -> str | None:
     _busy = True
     try:
         new = _counts()
-        old, _base, steps = _base, new, _steps
-        _steps = 0
+        old, steps = _base, _steps
         if old is None:
+            _base, _steps = new, 0
             return None
         ops = new["ops"] - old["ops"]
+        if (ops < MIN_OPS and new["group_calls"] - old["group_calls"] < MIN_CALLS
+                and new["region_calls"] - old["region_calls"] < MIN_CALLS) and ops >= 0:
+            return None  # too little seen yet (steps run bare, say): the window goes on
+        _base, _steps = new, 0
         opaque = _delta(new["opaque"], old["opaque"])
         errs = _delta(new["record_errors"], old["record_errors"])
         fb = _delta(new["group_fallbacks"], old["group_fallbacks"])

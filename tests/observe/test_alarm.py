@@ -78,10 +78,14 @@ def test_region_fallbacks(report_path):
     assert alarm.fired and "30.0% of region calls fell back (12 of 40)" in alarm.last_message
 
 
-def test_small_windows_are_not_judged(report_path):
+def test_small_windows_are_not_judged_but_go_on(report_path):
     _window(ops=10)
-    _window(ops=50, opaque={"Unique": 40})  # < MIN_OPS ops
+    _window(ops=50, opaque={"Unique": 40})  # < MIN_OPS ops: not judged yet
     assert not alarm.fired
+    _window(ops=50, opaque={"Unique": 5})
+    assert not alarm.fired
+    _window(ops=150)  # 250 ops since the baseline, 45 of them fell back
+    assert alarm.fired and "18.0% of ops fell back (45 of 250)" in alarm.last_message
 
 
 def test_off_by_env(report_path, monkeypatch):
@@ -101,3 +105,41 @@ def test_windows_by_ops_without_steps(report_path, monkeypatch):
     METRICS.ops_opaque["Unique"] += 300
     METRICS.flush_ops()
     assert alarm.fired and "over the last 1200 ops" in alarm.last_message
+
+
+def test_fires_in_a_real_training_loop(report_path, caplog, monkeypatch):
+    """A real loop whose every step sorts its batch and takes its top values (Sort, TopK: opaque ops)
+    along with the recorded ops of a Dense layer and SGD: more than 10% of the ops seen fall back, and
+    the alarm names them. (Step switch off: every step runs under ms_dynvm; windows of 1000 ops.)"""
+    ms = pytest.importorskip("mindspore")
+    import time
+
+    import numpy as np
+    from mindspore import nn, ops
+
+    import ms_dynvm
+
+    monkeypatch.setattr(alarm, "WINDOW_OPS", 1000)
+    net = nn.Dense(8, 4)
+    opt = nn.SGD(net.trainable_params(), learning_rate=1e-2)
+
+    def loss_fn(x):
+        x, _ = ops.sort(x, axis=-1)
+        top, _ = ops.topk(x, 4)
+        return net(x).square().mean() + top.mean()
+
+    grad_fn = ms.value_and_grad(loss_fn, None, opt.parameters)
+    rng = np.random.default_rng(0)
+    deadline = time.monotonic() + 20
+    with caplog.at_level(logging.WARNING, logger="ms_dynvm"), ms_dynvm.enabled(step_switch=False):
+        while not alarm.fired and time.monotonic() < deadline:
+            _, grads = grad_fn(ms.Tensor(rng.standard_normal((4, 8)).astype(np.float32)))
+            opt(grads)
+    st = ms_dynvm.stats()
+    opaque = st["ops_opaque"].get("Sort", 0) + st["ops_opaque"].get("TopK", 0)
+    assert opaque > 0.1 * st["ops_seen"], st["ops_opaque"]
+    assert alarm.fired
+    warns = [r.getMessage() for r in caplog.records if r.name == "ms_dynvm.alarm"]
+    assert len(warns) == 1, warns
+    assert "Sort (opaque" in warns[0] and "TopK (opaque" in warns[0] and str(report_path) in warns[0]
+    assert report_path.exists()
