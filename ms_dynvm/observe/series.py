@@ -123,6 +123,11 @@ def sample(t: float | None = None, force: bool = False) -> None:
     SAMPLES.append(d)
     if events.ON and "pool_reserved_bytes" in d:
         events.counter("pool bytes", "pool", reserved=d["pool_reserved_bytes"], live=d["pool_live_bytes"])
+        pool = sys.modules["ms_dynvm.runtime.memory_pool"]._default
+        if "safe_point" not in pool.__dict__:  # a pool made after recording started: time its safe points too
+            from ms_dynvm import metrics
+
+            metrics._trace_pool(True)
 
 
 def compile_done(fn, key: str, seconds: float, outcome: str, opts: dict, error: str = "") -> None:
