@@ -179,7 +179,10 @@ def _traced_counter(label: str, cat: str) -> type:
         n = value - _get(self, key, 0)
         _set(self, key, value)
         if n > 0 and events.ON:
-            events.emit(f"{label}{key}", cat, None, None, count=n)
+            if n == 1:  # (the common case: no args dict per event)
+                events.emit(f"{label}{key}", cat, None, None)
+            else:
+                events.emit(f"{label}{key}", cat, None, None, count=n)
 
     return type(f"Traced{cat.title()}Counter", (Counter,), {"__setitem__": __setitem__, "__slots__": ()})
 

@@ -49,7 +49,7 @@ def test_tracing_emits_from_counter_updates_and_switches_back():
     served = [e for e in evs if e[0] == "fused group served"]
     assert len(served) == 1 and served[0][5] == {"ops": 4} and served[0][3] >= 0
     fb = next(e for e in evs if e[0] == "fallback: tier1: op_mismatch")
-    assert fb[5] == {"count": 2} and fb[3] is None  # an instant
+    assert fb[5] == {"count": 2} and fb[3] is None  # an instant (a count of 1 carries no args)
     # the counters still count
     st = METRICS.snapshot()
     assert st["fallbacks"] == {"tier1: op_mismatch": 2} and st["cache_hits"] == 1 and st["fused_ops"] == 4
