@@ -11,6 +11,7 @@ from __future__ import annotations
 from ms_dynvm.bytecode.program import Program, load_program
 from ms_dynvm.metrics import reset_stats, stats
 from ms_dynvm import jit  # (a package that is also the `@ms_dynvm.jit` decorator: see its __init__)
+from ms_dynvm.observe import events as _events  # noqa: F401 - DYNVM_PROFILE=1 starts recording at import
 from ms_dynvm.version import __version__
 
 
@@ -19,6 +20,26 @@ def enable(**options) -> None:
     from ms_dynvm.frontend.dispatch import enable as _enable
 
     _enable(**options)
+    _observe_profiler()
+
+
+def _observe_profiler() -> None:
+    """ms_dynvm's events join a MindSpore profile run (observe/profiler.py); never raises."""
+    try:
+        from ms_dynvm.observe import profiler
+
+        profiler.install()
+    except Exception:  # noqa: BLE001 - observability never breaks the script
+        pass
+
+
+def report(path: str = "ms_dynvm_report.html") -> dict:
+    """Write what ms_dynvm saw and did as JSON and one self-contained HTML page with plots (step time
+    eager vs ms_dynvm per size class, compiles and cache hits over time, top fused groups, fallbacks,
+    memory pool); returns {"html": ..., "json": ...} (see `ms_dynvm.observe.report`)."""
+    from ms_dynvm.observe.report import write
+
+    return write(path)
 
 
 def disable() -> bool:
@@ -32,6 +53,7 @@ def enabled(**options):
     """Context manager: `with ms_dynvm.enabled(): ...`."""
     from ms_dynvm.frontend.dispatch import enabled as _enabled
 
+    _observe_profiler()
     return _enabled(**options)
 
 
@@ -47,6 +69,7 @@ def record(**options):
     `rec.inputs`, `rec.outputs`."""
     from ms_dynvm.frontend.dispatch import record as _record
 
+    _observe_profiler()
     return _record(**options)
 
 
@@ -66,4 +89,4 @@ def exclude(cell_or_fn):
 
 
 __all__ = ["exclude", "jit", "Program", "disable", "enable", "enabled", "interpret", "is_enabled", "load_program",
-           "record", "reset_stats", "stats", "__version__"]
+           "record", "report", "reset_stats", "stats", "__version__"]

@@ -3,6 +3,11 @@
 Every layer counts into the one `METRICS` object; `snapshot()` turns it into the plain dict that
 `stats()` returns. Counters are plain ints and `collections.Counter`s updated from the thread that
 runs the dispatch hook (the hook is per thread), so no lock is taken on the hot path.
+
+Tracing (`set_tracing`, turned on by `ms_dynvm.observe.events` while a profiler or `DYNVM_PROFILE`
+asks for a timeline): METRICS and its reason counters change class to variants whose updates also
+emit timeline events (a fallback with its reason, a guard failure, a step's way, a served fused
+group, a closed block). Off, the plain classes run: tracing costs nothing until it is asked for.
 """
 
 from __future__ import annotations
@@ -77,6 +82,9 @@ class Metrics:
         self.region_pipeline_skipped: Counter = Counter()  # region programs the pass pipeline refused
         self.region_learn_seconds = 0.0  # recorded calls (learning, re-verification) and planning
         self.region_plan_seconds = 0.0  # of which planning (explaining, the pass pipeline, kernels)
+        self.region_fallbacks: Counter = Counter()  # reason -> region calls run eagerly (learning excluded)
+        if _TRACING:
+            self._trace_counters(True)
 
     def set_op_phase(self, phase: str) -> None:
         """Ops seen from now on are counted in `phase` (`op_names` is that phase's list now)."""
@@ -102,6 +110,8 @@ class Metrics:
             self.ops_recorded += len(one)
             self.instrs += len(one)
             one.clear()
+        if on_flush is not None:
+            on_flush()
 
     def snapshot(self) -> dict:
         import sys
@@ -159,8 +169,177 @@ class Metrics:
             "region_pipeline_skipped": dict(self.region_pipeline_skipped),
             "region_learn_seconds": self.region_learn_seconds,
             "region_plan_seconds": self.region_plan_seconds,
+            "region_fallbacks": dict(self.region_fallbacks),
             **pool_stats,
         }
+
+
+    # --- tracing ------------------------------------------------------------------------------------
+    def set_tracing(self, on: bool) -> None:
+        """Emit timeline events from counter updates (`ms_dynvm.observe.events`) or stop doing so."""
+        global _TRACING
+        _TRACING = on
+        self._trace_counters(on)
+        self.__class__ = _TracingMetrics if on else Metrics
+        self.__dict__.pop("_launch_t", None)
+        _trace_pool(on)
+
+    def _trace_counters(self, on: bool) -> None:
+        _init_traced()
+        for attr, cls in _TRACED.items():
+            c = self.__dict__.get(attr)
+            if c is not None:
+                c.__class__ = cls if on else Counter
+
+
+_TRACING = False
+on_flush = None  # called after each flush_ops (ms_dynvm.observe.alarm checks its window there)
+
+
+def _traced_counter(label: str, cat: str) -> type:
+    """A Counter whose increments also emit an instant event `<label><key>` on track `cat`."""
+    from ms_dynvm.observe import events
+
+    def __setitem__(self, key, value, _set=dict.__setitem__, _get=dict.get):
+        n = value - _get(self, key, 0)
+        _set(self, key, value)
+        if n > 0 and events.ON:
+            if n == 1:  # (the common case: no args dict per event)
+                events.emit(f"{label}{key}", cat, None, None)
+            else:
+                events.emit(f"{label}{key}", cat, None, None, count=n)
+
+    return type(f"Traced{cat.title()}Counter", (Counter,), {"__setitem__": __setitem__, "__slots__": ()})
+
+
+_TRACED: dict = {}
+
+
+def _init_traced() -> None:
+    if not _TRACED:
+        _TRACED.update({
+            "fallbacks": _traced_counter("fallback: ", "fallback"),
+            "guard_failures": _traced_counter("guard failed: ", "guard"),
+            "step_calls": _traced_counter("step: ", "step"),
+            "block_ends": _traced_counter("block closed: ", "recording"),
+            "sync_points": _traced_counter("sync point: ", "sync"),
+            "region_fallbacks": _traced_counter("region fallback: ", "region"),
+        })
+
+
+class _TracingMetrics(Metrics):
+    """Metrics whose updates of a few counters also emit timeline events (see `set_tracing`): a fused
+    launch (`cache_hits`) opens a "fused group" span that the group's end (`fused_ops`) closes; kernel
+    installs, step-way flips and recordings are instants."""
+
+    @property
+    def cache_hits(self):
+        return self.__dict__["cache_hits"]
+
+    @cache_hits.setter
+    def cache_hits(self, v):
+        from ms_dynvm.observe import events
+
+        d = self.__dict__
+        if v > d.get("cache_hits", 0):
+            d["_launch_t"] = events.now_us()
+        d["cache_hits"] = v
+
+    @property
+    def fused_ops(self):
+        return self.__dict__["fused_ops"]
+
+    @fused_ops.setter
+    def fused_ops(self, v):
+        from ms_dynvm.observe import events
+
+        d = self.__dict__
+        n = v - d.get("fused_ops", 0)
+        d["fused_ops"] = v
+        t0 = d.pop("_launch_t", None)
+        if n > 0 and t0 is not None:
+            events.emit("fused group served", "kernel", t0, events.now_us() - t0, ops=n)
+
+    @property
+    def cache_misses(self):
+        return self.__dict__["cache_misses"]
+
+    @cache_misses.setter
+    def cache_misses(self, v):
+        from ms_dynvm.observe import events
+
+        d = self.__dict__
+        if v > d.get("cache_misses", 0):
+            events.instant("kernel installed", "compile", compiles=d.get("compiles", 0),
+                           compile_seconds=round(d.get("compile_seconds", 0.0), 6))
+        d["cache_misses"] = v
+
+    @property
+    def step_flips(self):
+        return self.__dict__["step_flips"]
+
+    @step_flips.setter
+    def step_flips(self, v):
+        from ms_dynvm.observe import events
+
+        d = self.__dict__
+        if v > d.get("step_flips", 0):
+            events.instant("step switch: a size class changed way", "step", flips=v)
+        d["step_flips"] = v
+
+    @property
+    def region_calls(self):
+        return self.__dict__["region_calls"]
+
+    @region_calls.setter
+    def region_calls(self, v):
+        from ms_dynvm.observe import events
+
+        if v > self.__dict__.get("region_calls", 0):
+            events.instant("region call", "region", calls=v)
+        self.__dict__["region_calls"] = v
+
+    @property
+    def recordings(self):
+        return self.__dict__["recordings"]
+
+    @recordings.setter
+    def recordings(self, v):
+        from ms_dynvm.observe import events
+
+        if v > self.__dict__.get("recordings", 0):
+            events.instant("recording finished", "recording", recordings=v)
+        self.__dict__["recordings"] = v
+
+
+def _trace_pool(on: bool) -> None:
+    """While tracing, the default memory pool's safe points are timed (an instance attribute shadows
+    `Pool.safe_point`; removed again when tracing stops)."""
+    import sys
+
+    mod = sys.modules.get("ms_dynvm.runtime.memory_pool")
+    pool = getattr(mod, "_default", None) if mod is not None else None
+    if pool is None:
+        return
+    if not on:
+        pool.__dict__.pop("safe_point", None)
+        return
+    from ms_dynvm.observe import events
+
+    plain = type(pool).safe_point.__get__(pool)
+
+    def safe_point():
+        t0 = events.now_us()
+        moved = plain()
+        if events.ON:
+            try:
+                events.emit("pool safe point", "pool", t0, events.now_us() - t0, moved=moved)
+                events.counter("pool bytes", "pool", reserved=pool._reserved, live=pool._live)
+            except Exception:  # noqa: BLE001 - tracing never breaks a launch
+                pass
+        return moved
+
+    pool.safe_point = safe_point
 
 
 METRICS = Metrics()

@@ -1,7 +1,10 @@
 """ms_dynvm demo: a small transformer-style training loop whose batch size and sequence length change
-every step, run under `ms_dynvm.enable()`; prints what ms_dynvm saw and did."""
+every step, run under `ms_dynvm.enable()`; prints what ms_dynvm saw and did, and ends by writing the
+report (`ms_dynvm.report`) and printing its path. `--profile` runs the last steps under MindSpore's
+profiler: ms_dynvm's events are merged into its trace_view.json (path printed too)."""
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -37,6 +40,9 @@ class Block(nn.Cell):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--out", default="demo_out", help="where the report (and profile) go")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="run the last N steps under mindspore.profiler.profile (ms_dynvm's events merged in)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     net = Block()
@@ -46,15 +52,30 @@ def main():
         return (net(x, m) ** 2).mean()
 
     grad_fn = ms.value_and_grad(loss_fn, None, opt.parameters)
+    def run(first, last):
+        for step in range(first, last):
+            b, s = int(rng.integers(2, 9)), int(rng.integers(8, 65))
+            x = ms.Tensor(rng.standard_normal((b, s, 64)).astype(np.float32))
+            lengths = rng.integers(1, s + 1, b)
+            m = ms.Tensor((np.arange(s)[None, :] < lengths[:, None]).astype(np.float32))
+            loss, grads = grad_fn(x, m)
+            opt(grads)
+            print(f"step {step:2d}  batch {b}  seq_len {s:2d}  loss {float(loss):.5f}")
+
     t0 = time.perf_counter()
-    for step in range(args.steps):
-        b, s = int(rng.integers(2, 9)), int(rng.integers(8, 65))
-        x = ms.Tensor(rng.standard_normal((b, s, 64)).astype(np.float32))
-        lengths = rng.integers(1, s + 1, b)
-        m = ms.Tensor((np.arange(s)[None, :] < lengths[:, None]).astype(np.float32))
-        loss, grads = grad_fn(x, m)
-        opt(grads)
-        print(f"step {step:2d}  batch {b}  seq_len {s:2d}  loss {float(loss):.5f}")
+    n_prof = min(max(args.profile, 0), args.steps)
+    run(0, args.steps - n_prof)
+    trace = None
+    if n_prof:
+        from mindspore.profiler import ProfilerActivity
+
+        prof_dir = os.path.join(args.out, "profile")
+        with ms.profiler.profile(activities=[ProfilerActivity.CPU],
+                                 on_trace_ready=ms.profiler.tensorboard_trace_handler(prof_dir)):
+            run(args.steps - n_prof, args.steps)
+        from ms_dynvm.observe import profiler
+
+        trace = profiler.merged[-1][0] if profiler.merged else None
     dt = time.perf_counter() - t0
     st = ms_dynvm.stats()
     print(f"\n{args.steps} steps in {dt:.2f} s")
@@ -84,6 +105,10 @@ def main():
     ref = out.asnumpy()
     got = res[rec.output_index(out)]
     print(f"reference interpreter vs MindSpore on that forward: max |diff| = {np.abs(got - ref).max():.2e}")
+    if trace:
+        print(f"\nMindSpore profile with ms_dynvm's events merged in (open in Perfetto): {trace}")
+    paths = ms_dynvm.report(os.path.join(args.out, "report.html"))
+    print(f"\nreport: {paths['html']}  (data: {paths['json']})")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,18 @@ need=()
 "$PY" -c "import numpy, sys; sys.exit(0 if numpy.__version__.startswith('1.') else 1)" 2>/dev/null \
     || need+=("numpy>=1.26,<2")
 "$PY" -c "import pytest, hypothesis" 2>/dev/null || need+=("pytest" "hypothesis")
+"$PY" -c "import matplotlib" 2>/dev/null || need+=("matplotlib")  # ms_dynvm.report()'s plots
 if [ ${#need[@]} -gt 0 ]; then
     echo "[setup] installing: ${need[*]}"
     "$PY" -m pip install -q --disable-pip-version-check "${need[@]}" "numpy>=1.26,<2"
+fi
+# Headless Chromium for the report test's page check (Debian's package; skipped with its reason where
+# it cannot be installed). Tried only as root with apt-get; DYNVM_SETUP_CHROMIUM=0 skips it.
+if ! command -v chromium >/dev/null 2>&1 && [ "${DYNVM_SETUP_CHROMIUM:-1}" != 0 ] \
+        && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing chromium (apt-get) for the report test"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+        || echo "[setup] chromium could not be installed: the report's browser check will be skipped"
 fi
 # ms_dynvm itself, editable, pointing at this checkout (checked from / so that the checkout's own
 # directory on sys.path does not answer for it).

@@ -23,6 +23,7 @@ from ms_dynvm.bytecode.types import Sym, TensorType, eval_dim
 from ms_dynvm.codegen import c as c_backend
 from ms_dynvm.codegen import gcc
 from ms_dynvm.codegen.spec import CodegenError, KernelSpec, lower
+from ms_dynvm.observe import series as compile_log
 
 
 def canonical_text(fn) -> str:
@@ -89,7 +90,9 @@ def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, eag
     key, spec, source, flags = kernel_key(fn, strict_ieee=strict_ieee, fast_math=fast_math,
                                           eager_math=eager_math)
     cache = default_cache() if cache is None else cache
-    lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
+    opts = {"strict_ieee": strict_ieee, "fast_math": fast_math, "eager_math": eager_math}  # (the compile log's)
+    lib = compile_log.timed_build(cache, key, fn, opts, lambda: cache.get_or_build(
+        key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu"))
     return CompiledKernel(spec, source, key, lib, fn)
 
 

@@ -56,7 +56,10 @@ from __future__ import annotations
 
 import random
 import statistics
+import weakref
 from collections import deque
+
+from ms_dynvm.observe import series as _series
 
 
 class _Key:
@@ -91,6 +94,7 @@ class StepSwitch:
     EARLY_RATIO = 2.0
 
     def __init__(self, seed: int = 0x5EED) -> None:
+        _SWITCHES.add(self)
         self.keys: dict = {}  # key -> _Key, least recently decided first (MAX_KEYS evicts from there)
         self.by_group: dict = {}  # group -> {key: _Key}: `votes` reads one group, not every key
         self.flips = 0  # VM -> bare and bare -> VM decisions of a key
@@ -165,6 +169,7 @@ class StepSwitch:
         ran a group eagerly to measure it (`probed`: its own size switch's probe, not what the
         script will see), unless `MAX_PROBED` such steps came in a row (a step with many groups
         nearly always holds a probe early on: the key would never get its VM samples)."""
+        _series.step_end(key, seconds, vm)
         k = self.keys.get(key)
         if k is None or k.n <= self.LEARN:
             return
@@ -211,3 +216,17 @@ class StepSwitch:
 
     def bare_keys(self) -> int:
         return sum(not k.on for k in self.keys.values())
+
+    def summary(self) -> list:
+        """Per key: the key, steps decided, the chosen way ("vm" or "bare"), and the recent step
+        times (seconds) of each way: what `ms_dynvm.report()` shows beside its own step series."""
+        return [{"key": key, "steps": k.n, "way": "vm" if k.on else "bare", "vm": list(k.vm),
+                 "bare": list(k.bare)} for key, k in list(self.keys.items())]
+
+
+_SWITCHES: weakref.WeakSet = weakref.WeakSet()
+
+
+def switches() -> list:
+    """The live StepSwitch objects (one per tier-1 executor)."""
+    return list(_SWITCHES)

@@ -67,6 +67,7 @@ from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.jit.replay import NotReplayable, RegionPlan
 from ms_dynvm.metrics import METRICS
+from ms_dynvm.observe import events as _events
 
 LEARN_CALLS = 2
 REVERIFY_AT = (16, 128, 1024)  # replays of a region (any signature) that are re-verified
@@ -261,6 +262,7 @@ class _OptState:
         self.opt = opt
         self.kind = type(opt).__name__
         self.state = "learn"
+        self.reason = ""
         self.calls = 0
         self.ret = None
         self.ptrs = None
@@ -368,6 +370,7 @@ class _OptState:
             METRICS.region_compiles += 1
         else:
             self.state = "eager"
+            self.reason = why
             METRICS.regions_not_replayable[why] += 1
         return out
 
@@ -453,6 +456,7 @@ class Regions:
             key = _arg_spec(args, flat)
         except _Unsupported as e:
             METRICS.regions_not_replayable[str(e)] += 1
+            METRICS.region_fallbacks[str(e)] += 1
             return self._eager(run)
         entry = region.entries.get(key)
         if entry is None:
@@ -469,10 +473,15 @@ class Regions:
                     return self._reverify(region, entry, run, flat)
                 return self._replay(entry, flat, t0, run)
             METRICS.region_guard_failures[why] += 1
+            METRICS.region_fallbacks[f"guard: {why}"] += 1
+            if _events.ON:
+                _events.instant("region guard failure", "guard", reason=why, region=region.name)
             self._reset(entry)
             return self._eager(run)
         if entry.state == "learn" and region.calls > 1:  # (the region's first call warms MindSpore up)
             return self._learn(region, entry, run, flat)
+        if entry.state == "eager":
+            METRICS.region_fallbacks[entry.reason] += 1
         return self._eager(run)
 
     # --- optimizers ---------------------------------------------------------------------------------
@@ -496,6 +505,7 @@ class Regions:
                 METRICS.region_replay_seconds += time.perf_counter() - t0
                 return st.ret
             METRICS.region_guard_failures[why] += 1
+            METRICS.region_fallbacks[f"guard: {why}"] += 1
             st.state = "learn"
             return self._eager(run)
         if st.state == "learn" and st.calls > 1:
@@ -504,7 +514,10 @@ class Regions:
             if why is None:
                 return self._eager(lambda: st.learn(grads, run))
             st.state = "eager"
+            st.reason = why
             METRICS.regions_not_replayable[why] += 1
+        elif st.state == "eager":
+            METRICS.region_fallbacks[st.reason] += 1
         return self._eager(run)
 
     @staticmethod
@@ -533,6 +546,9 @@ class Regions:
         res = _rebuild(entry.out_spec, iter([from_numpy(a) for a in outs]))
         t3 = time.perf_counter()
         dt = t3 - t0
+        if _events.ON:
+            _events.emit("region replay", "region", _events.now_us() - int(dt * 1e6), int(dt * 1e6),
+                         steps=len(entry.plan.steps), host_us=int((dt - (t2 - t1)) * 1e6))
         METRICS.regions_replayed += 1
         METRICS.region_replay_seconds += dt
         METRICS.region_host_seconds += dt - (t2 - t1)
