@@ -58,8 +58,13 @@ import time
 from typing import NamedTuple
 
 import numpy as np
-from mindspore import Parameter, Tensor, nn
+from mindspore import Tensor, nn
 from mindspore._c_expression import TensorPy
+
+try:  # MindSpore 2.9+ moved it; the old path still works with a deprecation warning.
+    from mindspore.graph.api import _pynative_executor
+except ImportError:  # pragma: no cover
+    from mindspore.common.api import _pynative_executor
 
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
@@ -670,9 +675,6 @@ def _dispatch_state():
 
 
 def _grad_enabled() -> bool:
-    from ms_dynvm.frontend.sync import _PyNativeExecutor  # noqa: F401 - (the import path sync.py settled)
-    from mindspore.common.api import _pynative_executor
-
     return bool(_pynative_executor.requires_grad())
 
 
