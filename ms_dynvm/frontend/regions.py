@@ -1178,12 +1178,8 @@ class _Explainer:
 _ACTIVE: list = [None]  # the Regions of the current enable(), or None
 
 
-def grad_region(f, fn, region=None):
-    """Wrap `f`, a function `ms.value_and_grad`/`ms.grad` returned for `fn`, as a region."""
-    if getattr(fn, "__dict__", {}).get(_EXCLUDE):
-        return f
-    if region is None:
-        region = Region("grad", getattr(fn, "__qualname__", type(fn).__name__))
+def _region_function(f, region: Region):
+    """`f` wrapped so that its calls (positional arguments only) go through `region`."""
 
     @functools.wraps(f)
     def region_call(*args, **kwargs):
@@ -1196,19 +1192,16 @@ def grad_region(f, fn, region=None):
     return region_call
 
 
+def grad_region(f, fn, region=None):
+    """Wrap `f`, a function `ms.value_and_grad`/`ms.grad` returned for `fn`, as a region."""
+    if getattr(fn, "__dict__", {}).get(_EXCLUDE):
+        return f
+    return _region_function(f, region or Region("grad", getattr(fn, "__qualname__", type(fn).__name__)))
+
+
 def jit(fn):
     """`ms_dynvm.jit(fn)`: calls of `fn` are a region (learned, then replayed as one program)."""
-    region = Region("fn", getattr(fn, "__qualname__", type(fn).__name__))
-
-    @functools.wraps(fn)
-    def region_call(*args, **kwargs):
-        mgr = _ACTIVE[0]
-        if mgr is None or kwargs or not mgr._usable():
-            return fn(*args, **kwargs)
-        return mgr.call(region, lambda: fn(*args), args)
-
-    region_call._ms_dynvm_region = region
-    return region_call
+    return _region_function(fn, Region("fn", getattr(fn, "__qualname__", type(fn).__name__)))
 
 
 def exclude(obj):
