@@ -201,6 +201,7 @@ class _Entry:
         self.eager_s = float("inf")
         self.replay_s: list = []
         self.replays = 0
+        self.replay_total = 0.0  # seconds in this signature's replays
         self.reason = ""
 
     def install(self, lr: _Learned) -> None:
@@ -268,6 +269,9 @@ class _OptState:
         self.kind = type(opt).__name__
         self.state = "learn"
         self.reason = ""
+        self.replays = 0
+        self.replay_total = 0.0
+        self.eager_s = float("inf")
         self.calls = 0
         self.ret = None
         self.ptrs = None
@@ -358,7 +362,9 @@ class _OptState:
         self._make_views()
         before = {k: [a.copy() for a in arrs] for k, arrs in self.views.items()}
         g = [np.array(_view(t, np.dtype(np.float32), s)) for t, s in zip(grads, self.shapes)]
+        t0 = time.perf_counter()
         out = run()
+        self.eager_s = time.perf_counter() - t0
         try:
             self._rule(before, g)
             ok = all(np.allclose(b, a, rtol=1e-5, atol=1e-7)
@@ -467,6 +473,8 @@ class Regions:
         if entry is None:
             entry = region.entries[key] = _Entry()
             METRICS.regions_seen += 1
+            if len(region.entries) == 1:
+                _SEEN.append(region)
         if entry.state == "replay":
             t0 = time.perf_counter()
             why = entry.guard()
@@ -498,6 +506,7 @@ class Regions:
         if st is None or st[0] != id(opt):
             st = opt.__dict__[_OPT_ATTR] = (id(opt), _OptState(opt))
             METRICS.regions_seen += 1
+            _SEEN.append(st[1])
         st = st[1]
         st.calls += 1
         grads = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else None
@@ -506,8 +515,11 @@ class Regions:
             if why is None:
                 t0 = time.perf_counter()
                 st.step(grads)
+                dt = time.perf_counter() - t0
                 METRICS.regions_replayed += 1
-                METRICS.region_replay_seconds += time.perf_counter() - t0
+                METRICS.region_replay_seconds += dt
+                st.replays += 1
+                st.replay_total += dt
                 return st.ret
             METRICS.region_guard_failures[why] += 1
             METRICS.region_fallbacks[f"guard: {why}"] += 1
@@ -557,6 +569,7 @@ class Regions:
         METRICS.regions_replayed += 1
         METRICS.region_replay_seconds += dt
         METRICS.region_host_seconds += dt - (t2 - t1)
+        entry.replay_total += dt
         if len(entry.replay_s) < _TIME_SAMPLES and _dispatch_state().options.step_switch:
             entry.replay_s.append(dt)
             if len(entry.replay_s) == _TIME_SAMPLES and statistics.median(entry.replay_s) >= entry.eager_s:
@@ -1172,6 +1185,37 @@ class _Explainer:
                 if self._run(cand, value) <= 1.0:
                     return cand
         return None
+
+
+# --- what tier 2 did (the report's "Tier 2" section) ------------------------------------------------
+_SEEN: list = []  # Regions and optimizer states met since import, in order
+
+
+def summary(limit: int = 200) -> list:
+    """Per region and signature (optimizer steps: per optimizer): what tier 2 did, as plain data."""
+    rows = []
+    for reg in _SEEN[:limit]:
+        if isinstance(reg, _OptState):
+            rows.append({"region": reg.kind, "kind": "optimizer", "signature": "", "state": reg.state,
+                         "reason": reg.reason, "replays": reg.replays,
+                         "eager_ms": None if reg.eager_s == float("inf") else 1e3 * reg.eager_s,
+                         "replay_ms": 1e3 * reg.replay_total / reg.replays if reg.replays else None})
+            continue
+        for key, e in reg.entries.items():
+            shapes = [s for s in _tensor_shapes(key)]
+            rows.append({"region": reg.name, "kind": reg.kind, "signature": " ".join(shapes)[:80],
+                         "state": e.state, "reason": e.reason, "replays": e.replays,
+                         "eager_ms": None if e.eager_s == float("inf") else 1e3 * e.eager_s,
+                         "replay_ms": 1e3 * e.replay_total / e.replays if e.replays else None})
+    return rows
+
+
+def _tensor_shapes(spec) -> list:
+    if type(spec) is tuple and len(spec) == 3 and spec[0] == "T":
+        return [f"{spec[1]}{list(spec[2])}"]
+    if type(spec) is tuple and len(spec) == 2 and type(spec[1]) is tuple:
+        return [s for x in spec[1] for s in _tensor_shapes(x)]
+    return []
 
 
 # --- installation -----------------------------------------------------------------------------------

@@ -191,6 +191,12 @@ def collect() -> dict:
     data["samples"] = [{**s, "t": s["t"] - t0} for s in list(series.SAMPLES)]
     data["compiles"] = [{**c, "t": c["t"] - t0} for c in list(series.COMPILES)]
     data["fallbacks"] = _fallbacks(data["stats"] or {})
+    try:
+        mod = sys.modules.get("ms_dynvm.frontend.regions")  # (never imports MindSpore itself)
+        data["regions"] = mod.summary() if mod is not None else []
+    except Exception as e:  # noqa: BLE001
+        data["regions"] = []
+        data["errors"].append(f"regions: {type(e).__name__}: {e}")
     data["pool"] = {k[5:]: v for k, v in (data["stats"] or {}).items() if k.startswith("pool_")}
     from ms_dynvm.observe import profiler
 
@@ -420,6 +426,25 @@ def render_html(data: dict) -> str:
         if name in plots:
             return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{plots[name]}'>"
         return f"<p class='note'>{html.escape(plot_error or 'no plot')}</p>"
+
+    parts.append("<h2>Tier 2: region replay</h2>")
+    n_rep, n_calls = st.get("regions_replayed", 0), st.get("region_calls", 0)
+    host = st.get("region_host_seconds", 0.0) / n_rep * 1e3 if n_rep else None
+    per = st.get("region_replay_seconds", 0.0) / n_rep * 1e3 if n_rep else None
+    parts.append("<p class='note'>" + html.escape(
+        f"{n_rep} of {n_calls} region calls replayed ({_fmt(st.get('region_replay_rate'), '%')}); a replay "
+        f"took {_fmt(per)} ms on average, of which {_fmt(host)} ms host cost (guards, views, wrapping); "
+        f"learning (recorded calls and planning) {_fmt(st.get('region_learn_seconds'))} s; plans "
+        f"{st.get('region_compiles', 0)}, re-verifications {st.get('region_reverifications', 0)}. "
+        "A region is a call of a gradient function, an outermost Cell call without gradient, an "
+        "optimizer step or a @ms_dynvm.jit function (docs/regions.md); 'eager (recorded)' is the wall "
+        "time of its recorded eager calls, an overestimate of plain eager.") + "</p>")
+    rrows = [[html.escape(str(r["region"])), r["kind"], html.escape(r["signature"]), r["state"],
+              html.escape(r["reason"] or ""), str(r["replays"]), _fmt(r["eager_ms"]), _fmt(r["replay_ms"]),
+              _fmt(r["eager_ms"] / r["replay_ms"] if r["eager_ms"] and r["replay_ms"] else None)]
+             for r in (data.get("regions") or [])[:60]]
+    parts.append(_table(["region", "kind", "signature", "state", "reason", "replays", "eager, recorded (ms)",
+                         "replay (ms)", "speed-up"], rrows))
 
     steps = data.get("steps") or {}
     parts.append("<h2>Time per step: eager vs ms_dynvm, per size class</h2>")
