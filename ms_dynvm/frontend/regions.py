@@ -1,49 +1,55 @@
-"""Tier 2: region replay. A hot region (a call of a function `ms.value_and_grad`/`ms.grad` returned,
-an outermost `nn.Cell` call made without gradient, a function marked with `ms_dynvm.jit`) runs as one
-planned program (`ms_dynvm/jit/replay.py`), called once, with no per-op dispatch.
+"""Tier 2: region replay. A region — a call of a function `ms.value_and_grad`/`ms.grad`/
+`ops.GradOperation` returned, an outermost `nn.Cell` call made without gradient, an `nn` optimizer
+step, a function marked with `ms_dynvm.jit` — is learned from recorded calls and then runs as one
+planned program (`ms_dynvm/jit/replay.py`), with no per-op dispatch and none of the user's Python.
+docs/regions.md is the user-level account; this docstring is the mechanism.
 
 Per region and input signature (per flattened argument: dtype and shape of a tensor, type and value
 of a Python scalar), calls go through three states:
-- learn: the call runs eagerly inside a recording (`dispatch.record`), `LEARN_CALLS` times for the
-  first signature of a family, once for a further signature of an established family (`_learn`).
-  Each recording is turned into a plan candidate; the region is replayable when no recording ended
-  a block at a sync point (a tensor's value read by Python, a graph-mode call), the recordings of
-  a signature give the same program (text, roles of the inputs, outputs, the values of tensors of
-  no recorded origin), no input is written in place, and no Python state of the cells it called
-  changed across a recorded call (their plain attributes: numbers, strings, bools, None;
-  MindSpore's own Cell bookkeeping excluded). Otherwise the reason is counted
-  (`regions_not_replayable`) and the signature runs eagerly from then on.
-- replay: guards (`_Entry.guard`) check that every parameter is the same Parameter object with
-  the same storage, and that the Python state of the cells equals the recorded one; any failure is
-  counted by reason (`region_guard_failures`), runs the call eagerly, and sends the signature back
-  to learning. Then the plan runs on NumPy views of the arguments and parameters (no copy), and its
-  outputs are wrapped as tensors (`Tensor.from_numpy`) in the structure the eager call returned.
+- learn: the call runs eagerly inside a recording (`dispatch.record`, tier 1 off for it),
+  `LEARN_CALLS` times for the first signature of a family, once for a further signature of an
+  established family (`_learn`, `_family`). Each recording is turned into a plan candidate
+  (`_make_learned`); it is replayable when no block ended at a sync point (a tensor's value read by
+  Python, a graph-mode call; basic indexing is recorded as ops, `Recorder.record_getitem`), no op is
+  opaque or random, no input is written in place, no Python state of the cells it called changed
+  across the call (`_plain_state`: plain attributes by value, containers by length; MindSpore's own
+  Cell bookkeeping excluded), and two recordings of the signature agree exactly (program text, roles
+  of the inputs, outputs, the values of tensors of no recorded origin). Otherwise the reason is
+  counted (`regions_not_replayable`) and the signature runs eagerly from then on.
+- replay: guards as data (`RegionGuard`, `check_guards`: each parameter's storage, shape and dtype,
+  each cell's training flag and Python state; grad mode where a Cell call starts); a failure is
+  counted by reason (`region_guard_failures`), runs the call eagerly and sends the signature back to
+  learning. Then the plan runs on NumPy views of the arguments and parameters (no copy), and its
+  outputs are wrapped as tensors (`Tensor.from_numpy`) in the structure the eager call returned. A
+  plan that fails on its values runs the call eagerly (eager's error or result).
 - eager: not replayable, retired, or not faster than eager for this signature.
 
-Backward kernels MindSpore runs without dispatching them (BiasAdd's and Softmax's C++ gradients)
-leave tensors of unknown origin in a recorded gradient step: a returned gradient with no register,
-or an input first read in the backward phase. Each one is explained by a backward rule of ours
-placed where the recording shows it (`_explain`: bias_add's gradient is a sum of the incoming
-gradient over every axis but the bias axis; softmax's is softmax_grad(y, dy)), chosen by comparing
-the rule's value on the recorded registers with the tensor's recorded value. A tensor no rule
-explains makes the region not replayable ("unexplained backward tensor"), named by its shape.
+Backward kernels MindSpore runs without dispatching them leave tensors of unknown origin in a
+recorded gradient step: a returned gradient with no register, or an input first read in the
+backward phase. `_Explainer` places a rule of ours for each (a sum over leading axes, softmax_grad,
+LayerNorm's gradients, the padded gradient of indexing, a take of rows, a mask, a constant), chosen
+by comparing the rule's value on the recorded registers with the tensor's recorded value; a tensor
+no rule explains makes the region not replayable ("unexplained backward tensor", with its shape).
 Forward-phase tensors of no recorded origin (constants MindSpore makes inside the call, tensors the
-function captures) are read live at each replay.
+function captures) are read live at each replay; their values are part of the recording's key.
+
+Optimizer steps (`_OptState`): MindSpore runs them as graphs no hook sees, so they are not recorded:
+a supported optimizer's update rule (`jit/optim.py`) is checked against one eager step and then run
+in place on its parameters' and states' memory.
 
 Re-verification: at a region's replay counts in `REVERIFY_AT` (then every `REVERIFY_EVERY`), over
 all its signatures, the call is learned again (recorded eagerly) and compared with the plan:
 another program, or outputs beyond rtol 1e-4, retires the signature (`region_retired`) and it runs
-eagerly from then on. A recorded call costs about two eager calls: the schedule keeps that under 1%
-of a long run's replays.
+eagerly from then on.
 
 Per batch size (with the `step_switch` option, on by default): the eager wall time of the recorded
 calls (an overestimate of plain eager) is kept per signature; after `_TIME_SAMPLES` replays whose
 median is not below it, the signature runs eagerly ("slower than eager").
 
-Not handled yet (they run eagerly, counted): `ops.GradOperation` objects, functions given keyword
-arguments, regions called inside another region or inside `ms_dynvm.record()`, ops the VM cannot
-replay (opaque or random ops), LayerNorm's undispatched backward, bfloat16 programs, grad functions
-made before `enable()`.
+Not handled (they run eagerly, counted where they are region calls): functions given keyword
+arguments, regions called inside another region's learning or inside `ms_dynvm.record()`, item
+assignment and tensor indices inside a region, bfloat16 programs, optimizers with weight decay,
+loss scale, grouped or dynamic learning rates, and optimizers other than SGD, Momentum and Adam.
 """
 
 from __future__ import annotations
