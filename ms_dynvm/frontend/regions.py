@@ -278,6 +278,7 @@ class _OptState:
         self.replays = 0
         self.replay_total = 0.0
         self.eager_s = float("inf")
+        self.consts = ()
         self.calls = 0
         self.ret = None
         self.ptrs = None
@@ -317,6 +318,11 @@ class _OptState:
         return d
 
     def _make_views(self) -> None:
+        from mindspore import nn
+
+        opt = self.opt
+        if type(opt) is nn.Adam:  # (constant tensors of the optimizer, read once: not parameters)
+            self.consts = tuple(float(_snapshot_value(t)) for t in (opt.beta1, opt.beta2, opt.eps))
         d = self._tensors()
         self.views, self.ptrs = {}, []
         for k, ts in d.items():
@@ -354,10 +360,10 @@ class _OptState:
         elif t is nn.Momentum:
             optim.momentum(v["params"], grads, v["moments"], lr, float(v["momentum"][0]), opt.use_nesterov)
         else:
-            b1, b2 = float(opt.beta1.asnumpy()), float(opt.beta2.asnumpy())
+            b1, b2, eps = self.consts
             v["b1p"][0][...] = v["b1p"][0] * np.float32(b1)
             v["b2p"][0][...] = v["b2p"][0] * np.float32(b2)
-            optim.adam(v["params"], grads, v["m1"], v["m2"], lr, b1, b2, float(opt.eps.asnumpy()),
+            optim.adam(v["params"], grads, v["m1"], v["m2"], lr, b1, b2, eps,
                        float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
         v["step"][0] += 1
 
@@ -830,6 +836,12 @@ def _renumber(prog, extra: list, out_regs: list, base: int):
     extra = [[Instr(i.op, tuple(m(a) for a in i.args), i.attrs, tuple(ren.get(r, r) for r in i.outs))
               for i in group] for group in extra]
     return extra, [ren.get(r, r) for r in out_regs]
+
+
+def _snapshot_value(t) -> np.ndarray:
+    from ms_dynvm.frontend.recorder import _snapshot
+
+    return _snapshot(t)
 
 
 def rec_value(t) -> np.ndarray:
