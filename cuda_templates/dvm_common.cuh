@@ -101,21 +101,6 @@ DVM_DEV float dvm_silu_grad(float dy, float x) {
     dvm_sig2(x, &s, &sm);
     return dy * s * (1.0f + x * sm);
 }
-// The names the scalar-op renderer (codegen/c.py's c_op) uses for the ops whose CPU form follows
-// MindSpore CPU's own formulas: on the GPU there is one form, CUDA's.
-#define dvm_exp_op dvm_exp
-#define dvm_expm1_op dvm_expm1
-#define dvm_log1p_op dvm_log1p
-#define dvm_tanh_op dvm_tanh
-#define dvm_mish_op dvm_mish
-#define dvm_sigmoid_op dvm_sigmoid
-#define dvm_elu_op dvm_elu
-#define dvm_erfc_op dvm_erfc
-#define dvm_log_op dvm_log
-#define dvm_silu_grad_op dvm_silu_grad
-#define dvm_gelu_grad_tanh_op dvm_gelu_grad_tanh
-#define dvm_gelu_tanh_op dvm_gelu_tanh
-
 // --- reductions --------------------------------------------------------------------------------
 // Accumulator combine rules (as codegen/c.py): max/min keep a NaN first element and skip later
 // NaNs; nanmax propagates NaN.

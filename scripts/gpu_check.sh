@@ -14,7 +14,7 @@ export PYTHONPATH=$PWD:$PWD/.site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 export DVM_RESULTS=$OUT DYNVM_CACHE_DIR=$(mktemp -d)/cache
 python3 -c "import pycuda._driver" 2>/dev/null || export LD_PRELOAD=$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/device.txt" 2>&1
-python3 -m pytest -q -p no:cacheprovider tests/gpu --junitxml="$OUT/gpu_tests.xml" -x -q 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
+python3 -m pytest -q -p no:cacheprovider tests/gpu --junitxml="$OUT/gpu_tests.xml" -q 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 test_rc=${PIPESTATUS[0]}
 python3 profiling/bench_cuda.py --out "$OUT/bench_cuda.json" > "$OUT/bench_stdout.txt" 2>&1
 bench_rc=$?

@@ -29,6 +29,12 @@ from ms_dynvm.codegen.spec import CodegenError, ix_split, lower
 _COUNTS = {"compiles": 0, "launches": 0}
 
 
+def _pack(fmt: str, *args) -> bytes:
+    from pycuda._pvt_struct import pack  # (what pycuda's prepared_async_call packs with)
+
+    return pack(fmt, *args)
+
+
 def options(strict_ieee: bool = False, fast_math: bool = False) -> list:
     """NVRTC options for the numerics switches (see render.py's module docstring)."""
     if fast_math:
@@ -49,11 +55,14 @@ def supports(fn) -> tuple[bool, str]:
     return True, ""
 
 
-def kernel_source(fn) -> tuple:
-    """(spec, CUDA source, nest infos) of group `fn` (CodegenError where unsupported)."""
+def kernel_source(fn, eager_math: bool = True) -> tuple:
+    """(spec, CUDA source, nest infos) of group `fn` (CodegenError where unsupported). The spec is
+    lowered with the spec's eager_math off (float64 accumulation of float32 sums and statistics, as
+    the reference computes them; no CPU-specific summation orders); `eager_math` here chooses the
+    elementwise formulas (render.math_prelude)."""
     spec = lower(fn, eager_math=False)
     try:
-        source, nests = render(spec)
+        source, nests = render(spec, eager_math)
     except (ValueError, KeyError) as e:
         raise CodegenError(f"CUDA rendering: {e}") from e
     return spec, source, nests
@@ -74,12 +83,13 @@ def kernel_key(fn, source: str, arch: int, opts: list) -> str:
     })
 
 
-def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, cache=None) -> "CudaKernel":
+def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_math: bool = True,
+                  cache=None) -> "CudaKernel":
     """Compile fusion group `fn` for the current CUDA device (CodegenError if unsupported, NvrtcError
     if NVRTC fails; the caller checks `driver.available()` first)."""
     from ms_dynvm.runtime.cache import default_cache
 
-    spec, source, nests = kernel_source(fn)
+    spec, source, nests = kernel_source(fn, eager_math)
     arch = driver.arch()
     opts = options(strict_ieee, fast_math)
     key = kernel_key(fn, source, arch, opts)
@@ -145,9 +155,10 @@ def _dense(index, vars_: list, sizes: dict, strides: dict) -> bool:
 class Plan:
     """One layout's launch: [(function, grid, block, vec bits)], the scalar arguments, temp bytes."""
 
-    __slots__ = ("launches", "scalars", "temp_bytes", "out_shapes")
+    __slots__ = ("launches", "scalars", "temp_bytes", "out_shapes", "packed")
 
     def __init__(self, launches, scalars, temp_bytes, out_shapes):
+        self.packed: dict = {}  # pointer tuple -> [(function, grid, block, packed arguments)]
         self.launches = launches
         self.scalars = scalars
         self.temp_bytes = temp_bytes
@@ -255,13 +266,28 @@ class CudaKernel:
         return Plan(launches, scal, temp_bytes, outs)
 
     def launch(self, in_ptrs, out_ptrs, plan: Plan, pool, stream=None) -> None:
-        """Queue the nests on `stream` (inputs/outputs already on the device)."""
+        """Queue the nests on `stream` (inputs/outputs already on the device). The packed argument
+        buffers are kept per pointer tuple (a repeated launch on the same buffers is one
+        `_launch_kernel` per nest: pycuda's `prepared_async_call` without re-packing)."""
         stream = stream or driver.stream()
-        temps = [pool.allocate(n) for n in plan.temp_bytes]
-        ptrs = list(in_ptrs) + list(out_ptrs) + [t.ptr for t in temps]
-        for f, grid, block, vec in plan.launches:
-            f.prepared_async_call(grid, block, stream, *ptrs, *plan.scalars, vec)
-        _COUNTS["launches"] += len(plan.launches)
+        if plan.temp_bytes:
+            temps = [pool.allocate(n) for n in plan.temp_bytes]
+            ptrs = (*in_ptrs, *out_ptrs, *[t.ptr for t in temps])
+            calls = None
+        else:
+            temps = ()
+            ptrs = (*in_ptrs, *out_ptrs)
+            calls = plan.packed.get(ptrs)
+        if calls is None:
+            calls = [(f, grid, block, _pack(f.arg_format, *ptrs, *plan.scalars, vec))
+                     for f, grid, block, vec in plan.launches]
+            if not temps:
+                if len(plan.packed) >= 256:
+                    plan.packed.clear()
+                plan.packed[ptrs] = calls
+        for f, grid, block, buf in calls:
+            f._launch_kernel(grid, block, buf, 0, stream)
+        _COUNTS["launches"] += len(calls)
         for t in temps:
             t.release()  # reused only after the next safe point (a stream synchronisation)
 
