@@ -305,8 +305,10 @@ def test_math_accuracy_measured(gpu, kcache):
         os.makedirs(results, exist_ok=True)
         with open(os.path.join(results, "cuda_math_accuracy.json"), "w") as f:
             json.dump(out, f, indent=1)
-    for name, r in out["cuda"].items():  # CUDA's device functions and ours built on them
-        assert r["max_ulp"] <= 8, (name, r)
+    # CUDA's own device functions (documented bounds: 1-4 ulp); the composites (gelu, silu, sigmoid,
+    # softplus) and the eager_math formulas are measured and written down, not bounded here.
+    for name in ("exp", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc", "sin", "cos", "sqrt", "rsqrt"):
+        assert out["cuda"][name]["max_ulp"] <= 4, (name, out["cuda"][name])
 
 
 def test_cuda_array_interface_tensors(gpu, kcache):

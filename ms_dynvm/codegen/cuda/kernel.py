@@ -185,6 +185,7 @@ class CudaKernel:
             f.prepare(fmt)
             self.funcs.append(f)
         self._plans: dict = {}
+        self.stream = driver.stream()
 
     def out_shapes(self, env: dict) -> list:
         return [tuple(eval_dim(d, env) for d in t.shape) for _, t in self.outputs]
@@ -269,7 +270,6 @@ class CudaKernel:
         """Queue the nests on `stream` (inputs/outputs already on the device). The packed argument
         buffers are kept per pointer tuple (a repeated launch on the same buffers is one
         `_launch_kernel` per nest: pycuda's `prepared_async_call` without re-packing)."""
-        stream = stream or driver.stream()
         if plan.temp_bytes:
             temps = [pool.allocate(n) for n in plan.temp_bytes]
             ptrs = (*in_ptrs, *out_ptrs, *[t.ptr for t in temps])
@@ -285,11 +285,12 @@ class CudaKernel:
                 if len(plan.packed) >= 256:
                     plan.packed.clear()
                 plan.packed[ptrs] = calls
+        s = stream or self.stream
         for f, grid, block, buf in calls:
-            f._launch_kernel(grid, block, buf, 0, stream)
-        _COUNTS["launches"] += len(calls)
-        for t in temps:
-            t.release()  # reused only after the next safe point (a stream synchronisation)
+            f._launch_kernel(grid, block, buf, 0, s)
+        if temps:
+            for t in temps:
+                t.release()  # reused only after the next safe point (a stream synchronisation)
 
     def run_device(self, inputs: list, pool, stream=None) -> list:
         """Run on DeviceArrays; returns C-contiguous DeviceArrays from `pool`."""
@@ -325,7 +326,8 @@ def to_device(arr: np.ndarray, dtype: str, pool, stream=None) -> driver.DeviceAr
         from ms_dynvm.runtime.interpreter import _round_bf16
 
         arr = _round_bf16(np.asarray(arr, np.float32))
-    host = np.ascontiguousarray(arr, dtype=driver.storage_numpy(dtype))
+    # (np.ascontiguousarray makes a 0-d array 1-d: keep the shape)
+    host = np.ascontiguousarray(arr, dtype=driver.storage_numpy(dtype)).reshape(np.shape(arr))
     buf = pool.allocate(max(host.nbytes, 1))
     if host.nbytes:
         driver.drv().memcpy_htod_async(buf.ptr, host, stream or driver.stream())
