@@ -37,7 +37,10 @@ def tol(dtype):
     return (1e-2, 1e-2) if dtype in ("f16", "bf16") else (1e-5, 1e-6)
 
 
-def assert_close(out, ref, dtype="f32", what=""):
+def assert_close(out, ref, dtype="f32", what="", scaled=False):
+    """`scaled`: the absolute floor is also 1e-5 of the output's largest magnitude (programs with
+    matmuls: cuBLAS and NumPy add the K products in different orders, and where they cancel the
+    difference is relative to the terms, not to the result)."""
     assert len(out) == len(ref)
     for k, (o, r) in enumerate(zip(out, ref)):
         o, r = np.asarray(o), np.asarray(r)
@@ -46,6 +49,8 @@ def assert_close(out, ref, dtype="f32", what=""):
             rt, at = tol(dtype if r.dtype != np.float64 else "f32")
             if r.dtype == np.float16:
                 rt, at = tol("f16")
+            if scaled and r.size and np.isfinite(r).any():
+                at = max(at, rt * float(np.nanmax(np.abs(r[np.isfinite(r)]))))
             np.testing.assert_allclose(o.astype(np.float64), r.astype(np.float64), rtol=rt, atol=at,
                                        equal_nan=True, err_msg=f"{what} output {k}")
         else:
@@ -169,7 +174,8 @@ def test_recorded_program_on_gpu(gpu, path):
     ref = ms_dynvm.interpret(prog, ins)
     out = ms_dynvm.run_program(prog, ins, device="cuda")
     dtype = "f16" if "f16" in path else "f32"
-    assert_close(out, ref, dtype, os.path.basename(path))
+    has_matmul = any(i.op == "matmul" for i in prog.instrs())
+    assert_close(out, ref, dtype, os.path.basename(path), scaled=has_matmul)
     from ms_dynvm.runtime.gpu_executor import executor_for
 
     st_ = executor_for(prog).stats()
@@ -189,7 +195,7 @@ def test_program_family_compiles_once(gpu):
     for rows, s in [(8, 33), (130, 512), (3, 2)]:
         x = rng.standard_normal((rows, s)).astype(np.float32)
         m = (rng.random((rows, s)) > 0.2).astype(np.float32)
-        new = [x, m] + ins[2:]
+        new = [ins[0], m, x]  # (the program's inputs: the scalar 1.0, the mask, the scores)
         ref_prog_out = _interpret_resized(prog, new)
         out = ms_dynvm.run_program(prog, new, device="cuda")
         assert_close(out, ref_prog_out, "f32", f"softmax {rows}x{s}")
