@@ -180,10 +180,13 @@ def test_recorded_program_on_gpu(gpu, path):
 
     st_ = executor_for(prog).stats()
     results = os.environ.get("DVM_RESULTS")
-    if results:
+    if results:  # one file for all programs: {name: executor stats}
         os.makedirs(results, exist_ok=True)
-        with open(os.path.join(results, f"program_{os.path.basename(path)[:-4]}.json"), "w") as f:
-            json.dump({k: v for k, v in st_.items()}, f, default=str, indent=1)
+        fpath = os.path.join(results, "programs.json")
+        doc = json.load(open(fpath)) if os.path.exists(fpath) else {}
+        doc[os.path.basename(path)[:-4]] = json.loads(json.dumps(st_, default=str))
+        with open(fpath, "w") as f:
+            json.dump(doc, f, indent=1)
 
 
 def test_program_family_compiles_once(gpu):
