@@ -48,7 +48,7 @@ DVM_DEV int64_t dvm_f2i64(double v) {
     return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? (int64_t)v : INT64_MIN;
 }
 
-// --- float32 math on CUDA's device functions (accuracy: docs/gpu.md, measured by tests/cuda) -----
+// --- float32 math on CUDA's device functions (accuracy: docs/gpu.md, measured by tests/gpu) -----
 DVM_DEV float dvm_powf_d(float x, float y) { return (float)pow((double)x, (double)y); }
 DVM_DEV float dvm_atan2f_d(float y, float x) { return (float)atan2((double)y, (double)x); }
 DVM_DEV float dvm_sinf_d(float x) { return (float)sin((double)x); }
