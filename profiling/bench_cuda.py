@@ -60,12 +60,12 @@ def main() -> None:
 
     import torch
 
+    from ms_dynvm.bytecode.types import Sym
     from ms_dynvm.codegen.cuda import driver, nvrtc
     from ms_dynvm.codegen.cuda import kernel as ck
     from ms_dynvm.runtime.cache import KernelCache
     from ms_dynvm.runtime.device_pool import default_device_pool
     from tests.codegen.groups import G
-    from ms_dynvm.bytecode.types import Sym
 
     assert driver.available(), driver.unavailable_reason()
     dev = torch.device("cuda")

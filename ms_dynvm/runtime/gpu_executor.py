@@ -252,7 +252,8 @@ class GpuExecutor:
                 ba == 1 or bb == 1 or a.shape[:-2] == b.shape[:-2])
         if not ok:
             return self._run_host(st, vals, types)
-        buf = self.pool.allocate(max(int(np.prod(out_t.shape, dtype=np.int64)) * driver.storage_itemsize(out_t.dtype), 1))
+        nbytes = int(np.prod(out_t.shape, dtype=np.int64)) * driver.storage_itemsize(out_t.dtype)
+        buf = self.pool.allocate(max(nbytes, 1))
         c = driver.DeviceArray(buf.ptr, out_t.shape, out_t.dtype, buf=buf)
         if m * n * batch:
             if k == 0:
@@ -273,7 +274,8 @@ class GpuExecutor:
         post = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
         out_t = types[ins.outs[0]]
         take, _ = library.index_module(x.dtype, idx.dtype, self.cache)
-        buf = self.pool.allocate(max(int(np.prod(out_t.shape, dtype=np.int64)) * driver.storage_itemsize(out_t.dtype), 1))
+        nbytes = int(np.prod(out_t.shape, dtype=np.int64)) * driver.storage_itemsize(out_t.dtype)
+        buf = self.pool.allocate(max(nbytes, 1))
         flag = self.pool.allocate(4)
         s = driver.stream()
         driver.drv().memset_d32_async(flag.ptr, 0, 1, s)

@@ -4,7 +4,7 @@ several dtypes and layouts, plus a few of this backend's own (float16, integer, 
 from __future__ import annotations
 
 from tests.codegen import groups
-from tests.codegen.groups import B, S, G
+from tests.codegen.groups import B, G, S
 
 
 def int_mix():

@@ -57,7 +57,7 @@ def test_renders_and_compiles(name, fn):
         return
     assert len(nests) == len(spec.nests) >= 1
     for n in nests:
-        assert f"void __launch_bounds__" in source and n.name in source
+        assert "void __launch_bounds__" in source and n.name in source
     if not nvrtc.available():
         pytest.skip(f"NVRTC not importable here ({nvrtc.unavailable_reason()}): rendered only")
     art = nvrtc.compile_source(source, 90)

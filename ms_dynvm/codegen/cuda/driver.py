@@ -21,8 +21,8 @@ def _init():
     if "drv" in _STATE:
         return _STATE["drv"]
     try:
-        import pycuda.driver as drv
         import pycuda.autoprimaryctx  # noqa: F401  (makes the primary context current)
+        import pycuda.driver as drv
 
         dev = drv.Context.get_device()
         _STATE.update(
