@@ -88,5 +88,24 @@ def exclude(cell_or_fn):
     return _exclude(cell_or_fn)
 
 
+def run_program(program, inputs, device: str = "cpu", **options):
+    """Run bytecode `program` on `inputs` (arrays in `program.inputs` order) and return the arrays of
+    `program.outputs`. device="cpu": the NumPy reference interpreter. device="cuda": the GPU executor
+    (`runtime/gpu_executor.py`: fused groups as generated CUDA kernels, matmul through cuBLAS,
+    gather/segment sums as kernels); without pycuda or a CUDA device, one warning and the interpreter.
+    `options`: strict_ieee / fast_math for the CUDA kernels."""
+    if device == "cpu":
+        return interpret(program, inputs)
+    if device != "cuda":
+        raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+    from ms_dynvm.codegen.cuda import driver
+
+    if not driver.require("run_program(device='cuda')"):
+        return interpret(program, inputs)
+    from ms_dynvm.runtime.gpu_executor import executor_for
+
+    return executor_for(program, **options).run(list(inputs))
+
+
 __all__ = ["exclude", "jit", "Program", "disable", "enable", "enabled", "interpret", "is_enabled", "load_program",
-           "record", "report", "reset_stats", "stats", "__version__"]
+           "record", "report", "reset_stats", "run_program", "stats", "__version__"]

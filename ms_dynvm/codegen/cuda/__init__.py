@@ -1,0 +1,1 @@
+"""CUDA backend: kernel specs -> CUDA C (render) -> NVRTC (nvrtc) -> pycuda launches (kernel)."""
