@@ -154,22 +154,36 @@ def _view(t, dt: np.dtype, shape: tuple) -> np.ndarray:
     return np.frombuffer(buf, dt).reshape(shape)
 
 
-_CONTAINERS = (list, dict, set)
+_CONTAINERS = (list, set)
+_BINDINGS = frozenset(("_params", "_cells", "_tensor_list", "_params_list"))  # MindSpore's name -> object maps
+from collections import OrderedDict as _OrderedDict  # noqa: E402
 
 
 def _plain_state(cell) -> tuple:
     """A cell's Python state as the guards see it: its plain attributes (numbers, strings, bools,
-    None) by value, and the length of its list, dict and set attributes (a list the construct
-    appends activations to grows: a replay would not append)."""
+    None) by value; its dicts' plain values by value and their lengths, its lists' and sets' lengths
+    (a list the construct appends activations to grows: a replay would not append); and which objects
+    its Parameters, sub-Cells and tensor attributes are (rebinding `net.fc = nn.Dense(...)` or
+    `net.weight = Parameter(...)` changes the program; ids are safe here: the region keeps the
+    recorded objects alive)."""
     out = []
-    for k, v in cell.__dict__.items():
-        if k in _CELL_INTERNAL or k.startswith("_ms_dynvm"):
+    d = cell.__dict__
+    for k, v in d.items():
+        if k.startswith("_ms_dynvm"):
+            continue
+        if k in _CELL_INTERNAL:
+            if k in _BINDINGS and type(v) in (dict, _OrderedDict):
+                out.append((k, tuple((n, id(o)) for n, o in v.items())))
             continue
         t = type(v)
         if t in _PLAIN:
             out.append((k, v))
+        elif t is dict:
+            out.append((k, ("dict", len(v), tuple(sorted((str(a), b) for a, b in v.items() if type(b) in _PLAIN)))))
         elif t in _CONTAINERS:
             out.append((k, ("len", len(v))))
+        elif isinstance(v, Tensor):
+            out.append((k, ("id", id(v))))
     out.sort(key=lambda kv: kv[0])
     return tuple(out)
 
@@ -615,6 +629,10 @@ class Regions:
                 why = "recordings differ"
         if why is None:
             fam = _family(lr.key)
+            if lr.suspect and any(x.data == lr.data for x in entry.learned):
+                # The same argument values as an earlier recording: it shows nothing about which
+                # values depend on the data (constants of the program), so it does not count.
+                return out
             entry.learned.append(lr)
             if fam in region.families or len(entry.learned) >= LEARN_CALLS:
                 region.families[fam] = True
@@ -726,6 +744,10 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
     types = prog.types
     if any(ty.dtype == "bf16" for ty in types.values()):
         raise NotReplayable("bfloat16")
+    for ins in prog.instrs():  # (the interpreter's float16 GEMM rounds as MindSpore's does only for some shapes)
+        if ins.op in ("matmul", "bmm", "conv2d") and any(
+                isinstance(a, Reg) and types[int(a)].dtype == "f16" for a in ins.args):
+            raise NotReplayable("float16 matmul")
     # Where each register was defined or first read: its phase.
     phase_def: dict = {}
     first_use: dict = {}
@@ -777,14 +799,13 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         else:
             value = rec_value(t)
             if first_use[r] == "bwd":
-                try:
-                    extra.append(explainer.explain(value, r, first_idx[r], ("in", r)))
-                    continue
-                except NotReplayable:
-                    if value.size > _CONST_MAX:
-                        raise
-            # A tensor of no recorded origin: read live at each replay. A small one (a constant
-            # MindSpore made inside the call) must have the same value in every recording.
+                # Made by an undispatched backward kernel: a rule of ours computes it (a constant
+                # included, `fill`: its value is in the program text, so recordings with other data
+                # must agree on it), or the region is not replayable. Never held: the recorded
+                # tensor holds that recording's gradient.
+                extra.append(explainer.explain(value, r, first_idx[r], ("in", r)))
+                continue
+            # A tensor of no recorded origin: read live at each replay.
             in_regs.append(r)
             roles.append(("held", t))
             # Its value is part of the key: a tensor the function makes anew with other values at
@@ -811,7 +832,17 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
     key = (prog.as_text(), tuple(repr(e) for g in extra for e in g), tuple(
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
         tuple(out_regs), repr(out_spec), tuple(consts))
-    return _Learned(key, plan, roles, out_spec, cells, seconds)
+    lr = _Learned(key, plan, roles, out_spec, cells, seconds)
+    # Constants a recording cannot tell from data: the backward rules' `fill`s (a gradient that
+    # happened to be constant in this recording, or a constant MindSpore's backward made). Two
+    # recordings with the same argument values agree on them whatever they are (see
+    # `Regions._learn`). (Forward tensors of no recorded origin cannot depend on the data: a value
+    # read from a tensor is a sync point.)
+    lr.suspect = any(e.op == "fill" for g in extra for e in g)
+    lr.data = hashlib.sha1(b"".join(_view(t, _np_dtype(types[r]), tuple(types[r].shape)).tobytes()
+                                    for (role, i), r in zip(roles, in_regs) if role == "arg"
+                                    for t in (flat[i],))).hexdigest()
+    return lr
 
 
 def _renumber(prog, extra: list, out_regs: list, base: int):
