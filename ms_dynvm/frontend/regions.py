@@ -155,6 +155,7 @@ def _view(t, dt: np.dtype, shape: tuple) -> np.ndarray:
 
 
 _CONTAINERS = (list, set)
+_IS_TENSOR: dict = {}  # type -> whether it is a Tensor class (isinstance through Tensor's ABCMeta is slow)
 _BINDINGS = frozenset(("_params", "_cells", "_tensor_list", "_params_list"))  # MindSpore's name -> object maps
 from collections import OrderedDict as _OrderedDict  # noqa: E402
 
@@ -182,8 +183,12 @@ def _plain_state(cell) -> tuple:
             out.append((k, ("dict", len(v), tuple(sorted((str(a), b) for a, b in v.items() if type(b) in _PLAIN)))))
         elif t in _CONTAINERS:
             out.append((k, ("len", len(v))))
-        elif isinstance(v, Tensor):
-            out.append((k, ("id", id(v))))
+        else:
+            is_t = _IS_TENSOR.get(t)
+            if is_t is None:
+                is_t = _IS_TENSOR[t] = issubclass(t, Tensor)
+            if is_t:
+                out.append((k, ("id", id(v))))
     out.sort(key=lambda kv: kv[0])
     return tuple(out)
 
@@ -952,8 +957,8 @@ class _Explainer:
                 self.only = None
             if found is not None:
                 return self._finish(found, reg)
-        for rule in (self._leading_sum, self._softmax, self._layer_norm, self._getitem, self._rows, self._ge0,
-                     self._constant):
+        for rule in (self._leading_sum, self._softmax, self._layer_norm, self._getitem, self._scatter_rows,
+                     self._rows, self._ge0, self._constant):
             found = rule(value)
             if found is not None:
                 if key is not None:
@@ -1204,6 +1209,43 @@ class _Explainer:
             instrs.append(Instr(op, (cur,), attrs, (out,)))
             cur = Reg(out)
         return instrs if shape == tuple(types[x].shape) else None
+
+    def _scatter_rows(self, value):
+        """The backward of a gather of rows (nn.Embedding, ops.gather on axis 0): the incoming
+        gradient's rows summed into the rows they were taken from, `unsorted_segment_sum` by the
+        (flattened) indices."""
+        if value.dtype.kind != "f" or value.ndim < 1:
+            return None
+        types = self.prog.types
+        dt = self._dtype(value)
+        rest = tuple(value.shape[1:])
+        defined = self._defined()
+        best = None
+        for ins in self.prog.instrs():
+            if ins.op != "gather" or self.phase_def.get(ins.outs[0]) != "fwd" or ins.attrs.get("axis", 0) != 0:
+                continue
+            src, idx = (int(a) for a in ins.args[:2])
+            if tuple(types[src].shape) != value.shape or types[idx].dtype not in ("i32", "i64"):
+                continue
+            ishape = tuple(types[idx].shape)
+            want = ishape + rest
+            for r in reversed([q for q, ph in defined.items() if ph == "bwd" and types[q].dtype == dt
+                               and tuple(types[q].shape) == want]):
+                n = 1
+                for d in ishape:
+                    n *= d
+                instrs, cur, ids = [], Reg(r), Reg(idx)
+                if len(ishape) != 1:
+                    out = self._new(dt, (n,) + rest)
+                    instrs.append(Instr("reshape", (cur,), {"shape": (n,) + rest}, (out,)))
+                    cur = Reg(out)
+                    out = self._new(types[idx].dtype, (n,))
+                    instrs.append(Instr("reshape", (ids,), {"shape": (n,)}, (out,)))
+                    ids = Reg(out)
+                out = self._new(dt, value.shape)
+                instrs.append(Instr("unsorted_segment_sum", (cur, ids), {"num_segments": value.shape[0]}, (out,)))
+                best = self._better(best, instrs, value)
+        return self._accept(best)
 
     def _rows(self, value):
         if value.ndim < 1 or value.dtype.kind != "f":
