@@ -155,9 +155,31 @@ def _view(t, dt: np.dtype, shape: tuple) -> np.ndarray:
 
 
 _CONTAINERS = (list, set)
+_UNTRACKED = object()
 _IS_TENSOR: dict = {}  # type -> whether it is a Tensor class (isinstance through Tensor's ABCMeta is slow)
 _BINDINGS = frozenset(("_params", "_cells", "_tensor_list", "_params_list"))  # MindSpore's name -> object maps
 from collections import OrderedDict as _OrderedDict  # noqa: E402
+
+
+def _summary(k: str, v):
+    """What the guards keep of attribute `k` = `v` of a cell (see `_plain_state`), or _UNTRACKED."""
+    if k.startswith("_ms_dynvm"):
+        return _UNTRACKED
+    if k in _CELL_INTERNAL:
+        if k in _BINDINGS and type(v) in (dict, _OrderedDict):
+            return tuple((n, id(o)) for n, o in v.items())
+        return _UNTRACKED
+    t = type(v)
+    if t in _PLAIN:
+        return v
+    if t is dict:
+        return ("dict", len(v), tuple(sorted((str(a), b) for a, b in v.items() if type(b) in _PLAIN)))
+    if t in _CONTAINERS:
+        return ("len", len(v))
+    is_t = _IS_TENSOR.get(t)
+    if is_t is None:
+        is_t = _IS_TENSOR[t] = issubclass(t, Tensor)
+    return ("id", id(v)) if is_t else _UNTRACKED
 
 
 def _plain_state(cell) -> tuple:
@@ -168,29 +190,26 @@ def _plain_state(cell) -> tuple:
     `net.weight = Parameter(...)` changes the program; ids are safe here: the region keeps the
     recorded objects alive)."""
     out = []
-    d = cell.__dict__
-    for k, v in d.items():
-        if k.startswith("_ms_dynvm"):
-            continue
-        if k in _CELL_INTERNAL:
-            if k in _BINDINGS and type(v) in (dict, _OrderedDict):
-                out.append((k, tuple((n, id(o)) for n, o in v.items())))
-            continue
-        t = type(v)
-        if t in _PLAIN:
-            out.append((k, v))
-        elif t is dict:
-            out.append((k, ("dict", len(v), tuple(sorted((str(a), b) for a, b in v.items() if type(b) in _PLAIN)))))
-        elif t in _CONTAINERS:
-            out.append((k, ("len", len(v))))
-        else:
-            is_t = _IS_TENSOR.get(t)
-            if is_t is None:
-                is_t = _IS_TENSOR[t] = issubclass(t, Tensor)
-            if is_t:
-                out.append((k, ("id", id(v))))
+    for k, v in cell.__dict__.items():
+        sm = _summary(k, v)
+        if sm is not _UNTRACKED:
+            out.append((k, sm))
     out.sort(key=lambda kv: kv[0])
     return tuple(out)
+
+
+def _state_matches(cell, expect) -> bool:
+    """`_plain_state(cell) == state` for `expect = (number of attributes, state)`, reading only the
+    tracked attributes (a new attribute changes the number)."""
+    n, state = expect
+    d = cell.__dict__
+    if len(d) != n:
+        return _plain_state(cell) == state  # (an untracked attribute was added or removed)
+    get = d.get
+    for k, v in state:
+        if _summary(k, get(k, _UNTRACKED)) != v:
+            return False
+    return True
 
 
 def _np_dtype(ty) -> np.dtype:
@@ -243,7 +262,7 @@ class _Entry:
                 guards.append(RegionGuard("storage", obj, (ptr, self.shapes[k], str(obj.dtype))))
         for cell, state in self.cells:
             guards.append(RegionGuard("training", cell, dict(state).get("training")))
-            guards.append(RegionGuard("state", cell, state))
+            guards.append(RegionGuard("state", cell, (len(cell.__dict__), state)))
         self.guards = tuple(guards)
         self.state = "replay"
 
@@ -275,7 +294,7 @@ def check_guards(guards: tuple) -> str | None:
         elif k == "training":
             ok = o.training == g.value
         else:
-            ok = _plain_state(o) == g.value
+            ok = _state_matches(o, g.value)
         if not ok:
             return _GUARD_REASON[k]
     return None
