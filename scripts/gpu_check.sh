@@ -16,7 +16,7 @@ python3 -c "import pycuda._driver" 2>/dev/null || export LD_PRELOAD=$(ldconfig -
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/device.txt" 2>&1
 python3 -m pytest -q -p no:cacheprovider tests/gpu --junitxml="$OUT/gpu_tests.xml" -q 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 test_rc=${PIPESTATUS[0]}
-python3 profiling/bench_cuda.py --out "$OUT/bench_cuda.json" > "$OUT/bench_stdout.txt" 2>&1
+python3 profiling/bench/bench_cuda.py --out "$OUT/bench_cuda.json" > "$OUT/bench_stdout.txt" 2>&1
 bench_rc=$?
 tail -5 "$OUT/bench_stdout.txt"
 python3 - "$OUT" "$test_rc" "$bench_rc" <<'PY'

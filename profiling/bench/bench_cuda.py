@@ -9,7 +9,7 @@ times; a second process with a warm disk cache (compiles counted). Times are CUD
 once. ms_dynvm's kernels run on the data of torch's tensors (their device pointers), so all three
 read the same memory.
 
-    python profiling/bench_cuda.py --out results.json
+    python profiling/bench/bench_cuda.py --out results.json
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 
