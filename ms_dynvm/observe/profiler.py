@@ -25,6 +25,13 @@ import time
 
 from ms_dynvm.observe import events, log
 
+
+def _ms(module: str):
+    """A MindSpore module, imported when first needed (this module imports without MindSpore)."""
+    import importlib
+
+    return importlib.import_module(module)
+
 ASYNC_WAIT_S = 120.0
 PROCESS_NAME = "ms_dynvm"
 
@@ -45,7 +52,7 @@ def install() -> bool:
     if _installed:
         return True
     try:
-        from mindspore.profiler.profiler_interface import ProfilerInterface as PI
+        PI = _ms("mindspore.profiler.profiler_interface").ProfilerInterface
     except Exception as e:  # noqa: BLE001
         _fail("install", e)
         return False
@@ -97,8 +104,7 @@ def uninstall() -> None:
     global _installed
     if not _installed:
         return
-    from mindspore.profiler.profiler_interface import ProfilerInterface as PI
-
+    PI = _ms("mindspore.profiler.profiler_interface").ProfilerInterface
     for name in ("start", "stop", "analyse"):
         fn = PI.__dict__[name].__func__
         setattr(PI, name, classmethod(getattr(fn, "__wrapped__", fn)))
@@ -109,9 +115,8 @@ def uninstall() -> None:
 
 def trace_path() -> str:
     """Where MindSpore writes this run's trace_view.json."""
-    from mindspore.profiler.common.profiler_context import ProfilerContext
-
-    return os.path.join(ProfilerContext().ascend_profiler_output_path, "trace_view.json")
+    ctx = _ms("mindspore.profiler.common.profiler_context").ProfilerContext()
+    return os.path.join(ctx.ascend_profiler_output_path, "trace_view.json")
 
 
 def _on_start() -> None:
