@@ -454,8 +454,8 @@ def test_train_step_cells_replay_their_gradient_and_optimizer(kind):
     _assert_same_training(eager, served, rtol=1e-5)
     # The step Cell itself holds a graph-mode call (the optimizer's construct): not replayable,
     # counted per signature; its gradient function and its optimizer replay on their own
-    # (TrainOneStepCell's gradient, with sens_param, leaves an undispatched backward tensor that no
-    # rule explains: counted, eager).
+    # (TrainOneStepCell runs the forward before its gradient call, which then reads forward values
+    # made outside it: not replayable, counted; its optimizer replays).
     assert s["regions_not_replayable"].get("graph-mode call inside") == 2, s
     assert s["regions_replayed"] >= (30 if kind == "own" else 20), s
 
