@@ -181,7 +181,18 @@ def _inplace_unary(ufunc):
     return run
 
 
+def _bias_add_(a, attrs):
+    x, b = a[0], a[1]
+    axis = attrs.get("axis", 1) % x.ndim
+    shape = [1] * x.ndim
+    shape[axis] = b.shape[0]
+    if _reusable(x):
+        return np.add(x, b.reshape(shape), out=x)
+    return x + b.reshape(shape)
+
+
 _INPLACE = {
+    "bias_add": _bias_add_,
     "add": _inplace_binary(np.add), "sub": _inplace_binary(np.subtract), "mul": _inplace_binary(np.multiply),
     "div": _inplace_binary(np.divide), "maximum": _inplace_binary(np.maximum),
     "minimum": _inplace_binary(np.minimum), "neg": _inplace_unary(np.negative), "exp": _inplace_unary(np.exp),

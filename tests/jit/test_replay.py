@@ -174,3 +174,21 @@ def test_buffers_are_reused_only_where_nothing_else_sees_them():
     np.testing.assert_allclose(ga, np.exp(arr) + 1, rtol=1e-6)
     np.testing.assert_allclose(gm, (np.exp(arr) * 2).reshape(6, 4), rtol=1e-6)
     np.testing.assert_allclose(gb, 3 - arr, rtol=1e-6)
+
+
+def test_bias_add_writes_into_a_dead_product():
+    p = Program()
+    x = p.add_input(T("f32", 5, 7))
+    w = p.add_input(T("f32", 3, 7))
+    b = p.add_input(T("f32", 3))
+    blk = p.new_block()
+    (h,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", 5, 3)])
+    (y,) = p.emit(blk, "bias_add", (h, b), {"axis": 1}, [T("f32", 5, 3)])
+    p.outputs = [int(y)]
+    plan = RegionPlan.build(p, [int(x), int(w), int(b)], p.outputs, optimize=False)
+    assert plan.n_inplace == 1
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((3, 7)).astype(np.float32),
+              rng.standard_normal(3).astype(np.float32)]
+    np.testing.assert_allclose(plan.run(arrays)[0], arrays[0] @ arrays[1].T + arrays[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(arrays[2], arrays[2].copy())  # (the bias, an input, untouched)
