@@ -84,6 +84,7 @@ LEARN_CALLS = 2
 REVERIFY_AT = (16, 128, 1024)  # replays of a region (any signature) that are re-verified
 REVERIFY_EVERY = 4096
 _TIME_SAMPLES = 5
+_GRAPH_RETRIES = 2  # learning attempts that met an optimizer step not checked yet (see Regions._learn)
 _PLAIN = (int, float, str, bool, type(None))
 _CONST_MAX = 16  # elements: a tensor of no recorded origin this small is a constant of the call
 _ATTR = "_ms_dynvm_region_obj"
@@ -246,6 +247,8 @@ class _Entry:
         self.replay_s: list = []
         self.replays = 0
         self.replay_total = 0.0  # seconds in this signature's replays
+        self.skip = 0  # calls to run eagerly before learning goes on
+        self.retries = 0
         self.reason = ""
 
     def install(self, lr: _Learned) -> None:
@@ -268,6 +271,9 @@ class _Entry:
 
     def guard(self) -> str | None:
         """None where the plan may run, else the reason (`check_guards`)."""
+        for st, _, _ in self.plan.opt_steps:
+            if st.state != "replay" or any(t._data_ptr() != ptr for t, ptr in st.ptrs):
+                return "optimizer state"
         return check_guards(self.guards)
 
 
@@ -408,6 +414,11 @@ class _OptState:
     def step(self, grads) -> None:
         self._rule(self.views, [_view(g, np.dtype(np.float32), s) for g, s in zip(grads, self.shapes)])
 
+    def step_arrays(self, grads: list) -> None:
+        """The step on gradients that are NumPy arrays already (a replayed train-step region)."""
+        self._rule(self.views, grads)
+        self.replays += 1
+
     def learn(self, grads, run):
         self._make_views()
         before = {k: [a.copy() for a in arrs] for k, arrs in self.views.items()}
@@ -466,6 +477,7 @@ class Regions:
         self.thread = thread
         self.depth = 0  # region calls being run eagerly (nested owners are not regions)
         self.cells: list | None = None  # cells met during a learning recording
+        self.opt_steps: list | None = None  # optimizer steps run by their rule during it
         self.active = True
 
     # --- hooks -------------------------------------------------------------------------------------
@@ -541,6 +553,9 @@ class Regions:
                 _events.instant("region guard failure", "guard", reason=why, region=region.name)
             self._reset(entry)
             return self._eager(run)
+        if entry.state == "learn" and entry.skip:
+            entry.skip -= 1  # (a call that lets an optimizer inside learn its rule first: _learn)
+            return self._eager(run)
         if entry.state == "learn" and region.calls > 1:  # (the region's first call warms MindSpore up)
             return self._learn(region, entry, run, flat)
         if entry.state == "eager":
@@ -587,6 +602,21 @@ class Regions:
             METRICS.region_fallbacks[st.reason] += 1
         return self._eager(run)
 
+    def optimizer_in_recording(self, opt, args, run):
+        """An optimizer step inside a region being learned (a train-step Cell's `self.optimizer(grads)`).
+        Where its rule has been checked (the optimizer replays on its own), the step runs by the rule
+        here and the recording notes it (`opt_steps`): the plan runs it after the program, on the
+        gradients' values. Otherwise it runs as MindSpore's graph: a graph-mode call, so this
+        recording is not replayable."""
+        st = opt.__dict__.get(_OPT_ATTR)
+        st = st[1] if st is not None and st[0] == id(opt) else None
+        grads = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else None
+        if st is None or st.state != "replay" or self.opt_steps is None or st.guard(grads) is not None:
+            return run()
+        st.step(grads)
+        self.opt_steps.append((st, list(grads), _dispatch_state().recorder.program.num_instrs()))
+        return st.ret
+
     @staticmethod
     def _eager(run):
         """The call runs eagerly; regions inside it (a gradient function or an optimizer called by a
@@ -609,6 +639,11 @@ class Regions:
             METRICS.region_guard_failures[f"replay error ({type(e).__name__})"] += 1
             self._reset(entry)
             return run()
+        plan = entry.plan
+        if plan.opt_steps:
+            for st, k, n in plan.opt_steps:
+                st.step_arrays(outs[k:k + n])
+            outs = outs[:plan.n_out]
         from_numpy = Tensor.from_numpy
         res = _rebuild(entry.out_spec, iter([from_numpy(a) for a in outs]))
         t3 = time.perf_counter()
@@ -663,6 +698,13 @@ class Regions:
                 entry.install(lr)
                 entry.learned = []
                 METRICS.region_compiles += 1
+        if why == "graph-mode call inside" and entry.retries < _GRAPH_RETRIES:
+            # An optimizer step inside whose rule is not checked yet ran as MindSpore's graph: the
+            # next call runs eagerly (the optimizer learns its rule there), then learning resumes.
+            entry.retries += 1
+            entry.skip = 1
+            entry.learned = []
+            return out
         if why is not None:
             entry.state = "eager"
             entry.reason = why
@@ -695,6 +737,7 @@ class Regions:
         from ms_dynvm.frontend import dispatch
 
         self.cells = [] if region.cell is None else [(region.cell, _plain_state(region.cell))]
+        self.opt_steps = []
         self.depth += 1
         # Tier 1 neither tracks nor compiles the ops of a call being learned: the region will be
         # replayed, and its groups' compiles would be paid for nothing.
@@ -708,10 +751,11 @@ class Regions:
             mode.tier1 = t1
             self.depth -= 1
             cells, self.cells = self.cells, None
+            opt_steps, self.opt_steps = self.opt_steps, None
         seconds = time.perf_counter() - t0
         t1 = time.perf_counter()
         try:
-            lr = _make_learned(rec, out, flat, cells, seconds, region.explained)
+            lr = _make_learned(rec, out, flat, cells, seconds, region.explained, opt_steps)
         except (NotReplayable, _Unsupported) as e:
             return out, None, str(e)
         except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
@@ -730,9 +774,9 @@ def _family(key) -> tuple:
     """A learned key with every number in the program's text abstracted (shapes, size-dependent
     attributes and scalars), so recordings at other sizes of one signature family compare equal;
     registers (%n), op names, roles and structure still have to match."""
-    text, extra, roles, out_regs, out_spec, consts = key
+    text, extra, roles, out_regs, out_spec, consts, opt = key
     return (_NUMBER.sub("#", text), tuple(_NUMBER.sub("#", e) for e in extra), roles, out_regs, out_spec,
-            len(consts))
+            len(consts), opt)
 
 
 def _dispatch_state():
@@ -745,7 +789,8 @@ def _grad_enabled() -> bool:
     return bool(_pynative_executor.requires_grad())
 
 
-def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict | None = None) -> _Learned:
+def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict | None = None,
+                  opt_steps: list = ()) -> _Learned:
     prog = rec.program
     for b in prog.blocks:
         if b.end == "sync":
@@ -847,15 +892,38 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
             extra.append(instrs)
             r = instrs[-1].outs[0]
         out_regs.append(int(r))
+    # Optimizer steps run by their rules inside the call: their gradients are extra outputs of the
+    # program, and the steps run after it (`_Entry.opt_steps`). Nothing recorded after a step may
+    # read a parameter it updated (the program would read the value from before the step).
+    n_out = len(out_regs)
+    steps = []
+    for st, grads, at in opt_steps:
+        regs = []
+        for k, g in enumerate(grads):
+            r = rec.reg_of(g)
+            if r is None:
+                instrs = explainer.explain(rec_value(g), None, None, ("opt", id(st), k))
+                extra.append(instrs)
+                r = instrs[-1].outs[0]
+            regs.append(int(r))
+        updated = {_storage_key(p) for p in st.opt._parameters}
+        pregs = {inp.reg for inp, t in zip(prog.inputs, rec.inputs) if _storage_key(t) in updated}
+        for ins in list(prog.instrs())[at:]:
+            if any(isinstance(a, Reg) and int(a) in pregs for a in ins.args):
+                raise NotReplayable("a parameter is read after the optimizer step")
+        steps.append((st, len(out_regs), len(regs)))
+        out_regs.extend(regs)
     extra, out_regs = _renumber(prog, extra, out_regs, base)
     plan = RegionPlan.build(prog, in_regs, out_regs, extra)
+    plan.n_out = n_out
+    plan.opt_steps = steps
     plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]
     plan.in_shapes = [tuple(types[r].shape) for r in in_regs]
     if any(not all(type(d) is int for d in s) for s in plan.in_shapes):
         raise NotReplayable("symbolic input shape")
     key = (prog.as_text(), tuple(repr(e) for g in extra for e in g), tuple(
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
-        tuple(out_regs), repr(out_spec), tuple(consts))
+        tuple(out_regs), repr(out_spec), tuple(consts), tuple((id(st), k, n) for st, k, n in steps))
     lr = _Learned(key, plan, roles, out_spec, cells, seconds)
     # Constants a recording cannot tell from data: the backward rules' `fill`s (a gradient that
     # happened to be constant in this recording, or a constant MindSpore's backward made). Two

@@ -240,6 +240,8 @@ class Hooks:
                 if regions is not None:
                     if regions.cells is not None:
                         regions.note_cell(cell)
+                        if regions.is_optimizer(cell) and not k:
+                            return regions.optimizer_in_recording(cell, a, lambda: hooked_call(cell, a, k))
                     elif not k and not regions.depth and (not hooks._cell_depth or regions.is_optimizer(cell)):
                         return regions.cell_call(cell, a, lambda: hooked_call(cell, a, k))
                 return hooked_call(cell, a, k)

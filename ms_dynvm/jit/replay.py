@@ -296,6 +296,8 @@ class RegionPlan:
         self.consts = consts
         self.nregs = nregs
         self.out_dts = [dtypes.to_numpy(types[r].dtype) for r in out_regs]
+        self.n_out = len(out_regs)  # (the caller's outputs; registers past them it uses itself)
+        self.opt_steps: list = []  # set by frontend/regions.py: optimizer steps run after the program
         self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values())
         self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values())
 

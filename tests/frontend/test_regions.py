@@ -452,12 +452,13 @@ def test_train_step_cells_replay_their_gradient_and_optimizer(kind):
     eager, _ = run(False)
     served, s = run(True)
     _assert_same_training(eager, served, rtol=1e-5)
-    # The step Cell itself holds a graph-mode call (the optimizer's construct): not replayable,
-    # counted per signature; its gradient function and its optimizer replay on their own
-    # (TrainOneStepCell runs the forward before its gradient call, which then reads forward values
-    # made outside it: not replayable, counted; its optimizer replays).
-    assert s["regions_not_replayable"].get("graph-mode call inside") == 2, s
-    assert s["regions_replayed"] >= (30 if kind == "own" else 20), s
+    # The step Cell replays whole: its optimizer step, once checked on its own, runs by its rule
+    # inside the learned program (a first learning attempt meets it unchecked, as MindSpore's
+    # graph, and waits a call).
+    name = "TrainStep" if kind == "own" else "TrainOneStepCell"
+    rows = [r for r in R.summary() if r["kind"] == "cell" and r["region"] == name]
+    assert sum(r["replays"] for r in rows) >= 8, rows
+    assert s["regions_replayed"] >= 16, s
 
 
 class Gelu(nn.Cell):
