@@ -86,6 +86,10 @@ REVERIFY_EVERY = 4096
 _TIME_SAMPLES = 5
 _GRAPH_RETRIES = 2  # learning attempts that met an optimizer step not checked yet (see Regions._learn)
 _PLAIN = (int, float, str, bool, type(None))
+# Opaque ops whose results depend on an RNG: not replayed (a call would draw other values than eager's
+# stream at that point of the script).
+_RANDOM_NAME = re.compile(r"Random|Dropout|Uniform|Normal|Bernoulli|Multinomial|Randint|Randperm|Gamma|"
+                          r"Poisson|Shuffle|Rand", re.I)
 _CONST_MAX = 16  # elements: a tensor of no recorded origin this small is a constant of the call
 _ATTR = "_ms_dynvm_region_obj"
 _EXCLUDE = "_ms_dynvm_exclude"
@@ -800,7 +804,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
     if rec.errors:
         raise NotReplayable("recording error")
     for ins in prog.instrs():  # (before explaining unknown tensors: a random op's backward is one)
-        if ins.op == "call":
+        if ins.op == "call" and (rec.call_handler is None or _RANDOM_NAME.search(ins.attrs.get("target") or "")):
             raise NotReplayable(f"opaque op {ins.attrs.get('target')}")
         if opcodes.opdef(ins.op).group == opcodes.Group.RANDOM:
             raise NotReplayable(f"random op {ins.op}")
@@ -914,7 +918,17 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         steps.append((st, len(out_regs), len(regs)))
         out_regs.extend(regs)
     extra, out_regs = _renumber(prog, extra, out_regs, base)
-    plan = RegionPlan.build(prog, in_regs, out_regs, extra)
+    # Opaque ops (BatchNorm, LSTM, TopK, ...) stay in the plan as calls into MindSpore with the
+    # recorded op and attributes (`Recording.call_handler`), one dispatch each; the handler keeps
+    # only the recording's call templates, not its tensors.
+    handler = None
+    if rec._calls:
+        from ms_dynvm.frontend.recorder import Recording
+
+        keep = Recording()
+        keep._calls = rec._calls
+        handler = keep.call_handler
+    plan = RegionPlan.build(prog, in_regs, out_regs, extra, call_handler=handler)
     plan.n_out = n_out
     plan.opt_steps = steps
     plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]

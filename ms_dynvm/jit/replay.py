@@ -240,6 +240,15 @@ def _segment_ok(ins, types) -> bool:
             and _builtins.available())
 
 
+def _opaque(ins, handler):
+    """A step running opaque op `ins` through `handler` (MindSpore, one dispatch)."""
+    def run(args, attrs, ins=ins):
+        res = handler(ins, args)
+        return tuple(res) if len(ins.outs) != 1 else res[0]
+    run.__name__ = f"call[{ins.attrs.get('target')}]"
+    return run
+
+
 def _compiled(ins, attrs, types):
     """A compiled flat kernel for a slow elementwise op whose tensor operands all have the result's
     (static) shape, or None (`jit/kernels.py`)."""
@@ -313,15 +322,20 @@ class RegionPlan:
         return out
 
     @classmethod
-    def build(cls, program, inputs: list, outputs: list, extra: list = (), optimize: bool = True) -> "RegionPlan":
+    def build(cls, program, inputs: list, outputs: list, extra: list = (), optimize: bool = True,
+              call_handler=None) -> "RegionPlan":
         """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
         returned; `extra`: groups (lists) of Instr objects to splice in, each group contiguously
-        (their result types in `program.types`)."""
+        (their result types in `program.types`); `call_handler(instr, arrays) -> arrays` runs the
+        program's opaque `call`s (ops the VM does not model: one MindSpore dispatch each), else a
+        program holding one is not plannable."""
         types = program.types
         instrs = list(program.instrs())
         for ins in instrs:
             if ins.op == "call":
-                raise NotReplayable(f"opaque op {ins.attrs.get('target')}")
+                if call_handler is None:
+                    raise NotReplayable(f"opaque op {ins.attrs.get('target')}")
+                continue
             if ins.op not in _interp.IMPLS:
                 raise NotReplayable(f"no implementation of {ins.op}")
             if opcodes.opdef(ins.op).group == opcodes.Group.RANDOM:
@@ -346,7 +360,7 @@ class RegionPlan:
                 new.extend(nxt[2])
                 nxt = next(it, None)
         instrs = new
-        if optimize:
+        if optimize and not any(ins.op == "call" for ins in instrs):
             instrs, outputs = _optimized(program, instrs, inputs, outputs)
         # Dead code: keep what the outputs need.
         need = set(int(r) for r in outputs)
@@ -376,6 +390,12 @@ class RegionPlan:
         ext = set(int(r) for r in inputs) | set(program.consts) | set(int(r) for r in outputs)
         steps = []
         for i, ins in enumerate(keep):
+            if ins.op == "call":
+                mask = tuple(isinstance(a, Reg) for a in ins.args)
+                args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
+                dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)
+                steps.append(_Step("call", _opaque(ins, call_handler), args, mask, ins.attrs, tuple(ins.outs), dts))
+                continue
             attrs = opcodes.full_attrs(ins.op, ins.attrs)
             fast = _fast_ok(ins, types)
             fn = _FAST[ins.op] if fast else _compiled(ins, attrs, types) or _interp.RAW_IMPLS[ins.op]

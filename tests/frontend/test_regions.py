@@ -665,3 +665,41 @@ def test_embedding_gradients_replay_with_a_segment_sum_of_our_own():
     _assert_same_training(eager, served)
     s = ms_dynvm.stats()
     assert s["regions_not_replayable"] == {} and s["regions_replayed"] >= 40, s
+
+
+class ConvBNTopK(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, pad_mode="same")
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Dense(8, 4)
+
+    def construct(self, x):
+        h = ops.relu(self.bn(self.conv(x)))
+        v, i = ops.topk(self.fc(h.mean((2, 3))), 2)
+        return v, i
+
+
+def test_opaque_ops_stay_in_a_replayed_region_as_calls_into_mindspore(vm):
+    """BatchNorm (eval) and TopK are opaque: a replay runs them through MindSpore, one dispatch each;
+    in training BatchNorm writes its running statistics, so that region is not replayed."""
+    net = ConvBNTopK()
+    net.set_train(False)
+    rng = np.random.default_rng(0)
+    xs = [ms.Tensor(rng.standard_normal((b, 3, 8, 8)).astype(np.float32)) for b in (2, 2, 2, 2, 3, 3, 2)]
+    got = [[t.asnumpy() for t in net(x)] for x in xs]
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] >= 2 and s["regions_not_replayable"] == {}, s
+    ms_dynvm.disable()
+    want = [[t.asnumpy() for t in net(x)] for x in xs]
+    for gg, ww in zip(got, want):
+        np.testing.assert_allclose(gg[0], ww[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(gg[1], ww[1])
+    ms_dynvm.enable(regions=True, step_switch=False)
+    ms_dynvm.reset_stats()
+    net.set_train(True)
+    gf = ms.value_and_grad(lambda x: net(x)[0].sum(), None, net.trainable_params())
+    for x in xs[:4]:
+        gf(x)
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] == 0 and s["regions_not_replayable"], s
