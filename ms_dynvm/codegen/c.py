@@ -99,17 +99,18 @@ def c_literal(value, ctype: str) -> str:
     return f"(({_CT[ctype]}){v}L)"
 
 
-def c_ix(e) -> str:
+def c_ix(e, suffix: str = "L") -> str:
+    """An index expression as C (`suffix`: the integer literals' suffix; CUDA C's is "LL")."""
     kind = e[0]
     if kind == "c":
-        return f"{e[1]}L"
+        return f"{e[1]}{suffix}"
     if kind == "v":
         return e[1]
     if kind == "s":
         return f"s_{e[1]}"
     if kind == "st":
         return f"st_{e[1]}_{e[2]}"
-    return f"({c_ix(e[1])} {kind} {c_ix(e[2])})"
+    return f"({c_ix(e[1], suffix)} {kind} {c_ix(e[2], suffix)})"
 
 
 # --- scalar ops ---------------------------------------------------------------------------------

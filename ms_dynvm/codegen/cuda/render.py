@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from string import Template
 
-from ms_dynvm.codegen.c import c_literal, c_op
+from ms_dynvm.codegen.c import c_ix, c_literal, c_op
 from ms_dynvm.codegen.spec import Const, KernelSpec, Let, Load, Op, Step, Store, ix_dim, ix_vars
 
 _CT = {"f32": "float", "f64": "double", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
@@ -86,16 +86,8 @@ def itemsize(dtype: str) -> int:
 
 
 def cu_ix(e) -> str:
-    kind = e[0]
-    if kind == "c":
-        return f"{e[1]}LL"
-    if kind == "v":
-        return e[1]
-    if kind == "s":
-        return f"s_{e[1]}"
-    if kind == "st":
-        return f"st_{e[1]}_{e[2]}"
-    return f"({cu_ix(e[1])} {kind} {cu_ix(e[2])})"
+    """An index expression as CUDA C (64-bit literals: `LL`)."""
+    return c_ix(e, "LL")
 
 
 # --- scalar ops ---------------------------------------------------------------------------------
