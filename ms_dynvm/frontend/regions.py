@@ -543,7 +543,10 @@ class Regions:
                 _SEEN.append(region)
         if entry.state == "replay":
             t0 = time.perf_counter()
-            why = entry.guard()
+            try:
+                why = entry.guard()
+            except Exception as e:  # noqa: BLE001 - a guard that cannot be read fails: eager, counted
+                why = f"guard error ({type(e).__name__})"
             if why is None:
                 entry.replays += 1
                 region.replays += 1
@@ -580,7 +583,10 @@ class Regions:
         st.calls += 1
         grads = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else None
         if st.state == "replay":
-            why = st.guard(grads)
+            try:
+                why = st.guard(grads)
+            except Exception as e:  # noqa: BLE001 - as for regions: eager, counted
+                why = f"guard error ({type(e).__name__})"
             if why is None:
                 t0 = time.perf_counter()
                 st.step(grads)
