@@ -621,7 +621,12 @@ class Regions:
         st = opt.__dict__.get(_OPT_ATTR)
         st = st[1] if st is not None and st[0] == id(opt) else None
         grads = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else None
-        if st is None or st.state != "replay" or self.opt_steps is None or st.guard(grads) is not None:
+        try:
+            usable = st is not None and st.state == "replay" and self.opt_steps is not None \
+                and st.guard(grads) is None
+        except Exception:  # noqa: BLE001 - then MindSpore's graph runs it (the recording is not replayable)
+            usable = False
+        if not usable:
             return run()
         st.step(grads)
         self.opt_steps.append((st, list(grads), _dispatch_state().recorder.program.num_instrs()))
