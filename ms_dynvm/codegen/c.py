@@ -475,12 +475,13 @@ def c_op(op: Op, ct: str) -> str:
     return _kept(render(op, op.args), ct)  # (as eager rounds each op's result)
 
 
-def _c_cast(x: str, src: str, dst: str) -> str:
+def _c_cast(x: str, src: str, dst: str, f16: str = "(float)(_Float16)({})") -> str:
+    """A C cast with the VM's rules (`f16`: how a backend rounds to float16; CUDA C has no _Float16)."""
     fsrc = src in ("f16", "bf16", "f32", "f64")
     if dst == "bool":
         return f"(uint8_t)({x} != 0)"
     if dst == "f16":
-        return f"(float)(_Float16)({x})"
+        return f16.format(x)
     if dst == "bf16":
         return f"dvm_bf16((float)({x}))"
     if dst in ("f32", "f64"):

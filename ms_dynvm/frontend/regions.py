@@ -76,6 +76,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.program import Instr
 from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.frontend.recorder import _array_of, _snapshot, _storage_key
 from ms_dynvm.jit.replay import NotReplayable, RegionPlan
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.observe import events as _events
@@ -90,7 +91,7 @@ _PLAIN = (int, float, str, bool, type(None))
 # stream at that point of the script).
 _RANDOM_NAME = re.compile(r"Random|Dropout|Uniform|Normal|Bernoulli|Multinomial|Randint|Randperm|Gamma|"
                           r"Poisson|Shuffle|Rand", re.I)
-_CONST_MAX = 16  # elements: a tensor of no recorded origin this small is a constant of the call
+_CONST_MAX = 16  # elements: a held tensor this small enters a recording's key by value, a larger by digest
 _ATTR = "_ms_dynvm_region_obj"
 _EXCLUDE = "_ms_dynvm_exclude"
 _OPT_ATTR = "_ms_dynvm_optimizer"
@@ -370,7 +371,7 @@ class _OptState:
 
         opt = self.opt
         if type(opt) is nn.Adam:  # (constant tensors of the optimizer, read once: not parameters)
-            self.consts = tuple(float(_snapshot_value(t)) for t in (opt.beta1, opt.beta2, opt.eps))
+            self.consts = tuple(float(_snapshot(t)) for t in (opt.beta1, opt.beta2, opt.eps))
         d = self._tensors()
         self.views, self.ptrs = {}, []
         for k, ts in d.items():
@@ -881,7 +882,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
             in_regs.append(r)
             roles.append(("param", p))
         else:
-            value = rec_value(t)
+            value = _array_of(t)
             if first_use[r] == "bwd":
                 # Made by an undispatched backward kernel: a rule of ours computes it (a constant
                 # included, `fill`: its value is in the program text, so recordings with other data
@@ -903,7 +904,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
     for k, t in enumerate(outs):
         r = rec.reg_of(t)
         if r is None:
-            instrs = explainer.explain(rec_value(t), None, None, ("out", k))
+            instrs = explainer.explain(_array_of(t), None, None, ("out", k))
             extra.append(instrs)
             r = instrs[-1].outs[0]
         out_regs.append(int(r))
@@ -917,7 +918,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         for k, g in enumerate(grads):
             r = rec.reg_of(g)
             if r is None:
-                instrs = explainer.explain(rec_value(g), None, None, ("opt", id(st), k))
+                instrs = explainer.explain(_array_of(g), None, None, ("opt", id(st), k))
                 extra.append(instrs)
                 r = instrs[-1].outs[0]
             regs.append(int(r))
@@ -986,24 +987,6 @@ def _renumber(prog, extra: list, out_regs: list, base: int):
     return extra, [ren.get(r, r) for r in out_regs]
 
 
-def _snapshot_value(t) -> np.ndarray:
-    from ms_dynvm.frontend.recorder import _snapshot
-
-    return _snapshot(t)
-
-
-def rec_value(t) -> np.ndarray:
-    from ms_dynvm.frontend.recorder import _array_of
-
-    return _array_of(t)
-
-
-def _storage_key(t):
-    from ms_dynvm.frontend.recorder import _storage_key as sk
-
-    return sk(t)
-
-
 class _Explainer:
     """Finds the backward rule that gives a tensor of unknown origin (see the module doc).
 
@@ -1035,7 +1018,7 @@ class _Explainer:
             t = self.values.get(r)
             if t is None:
                 return None
-            a = self._arrays[r] = rec_value(t)
+            a = self._arrays[r] = _array_of(t)
         return a
 
     def _defined(self) -> dict:

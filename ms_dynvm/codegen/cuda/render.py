@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from string import Template
 
-from ms_dynvm.codegen.c import c_ix, c_literal, c_op
+from ms_dynvm.codegen.c import _c_cast, c_ix, c_literal, c_op
 from ms_dynvm.codegen.spec import Const, KernelSpec, Let, Load, Op, Step, Store, ix_dim, ix_vars
 
 _CT = {"f32": "float", "f64": "double", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
@@ -92,20 +92,7 @@ def cu_ix(e) -> str:
 
 # --- scalar ops ---------------------------------------------------------------------------------
 def _cast(x: str, src: str, dst: str) -> str:
-    fsrc = src in ("f16", "bf16", "f32", "f64")
-    if dst == "bool":
-        return f"(uint8_t)({x} != 0)"
-    if dst == "f16":
-        return f"dvm_round_f16((float)({x}))"
-    if dst == "bf16":
-        return f"dvm_bf16((float)({x}))"
-    if dst in ("f32", "f64"):
-        return f"({_CT[dst]})({x})"
-    if fsrc and dst in ("i8", "i16", "u8", "i32"):
-        return f"({_CT[dst]})dvm_f2i32((double)({x}))"
-    if fsrc and dst == "i64":
-        return f"dvm_f2i64((double)({x}))"
-    return f"({_CT[dst]})({x})"
+    return _c_cast(x, src, dst, "dvm_round_f16((float)({}))")
 
 
 def cu_op(op: Op, ct: str) -> str:
