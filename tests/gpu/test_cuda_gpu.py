@@ -205,6 +205,57 @@ def test_program_family_compiles_once(gpu):
     assert ck.compiles() == before
 
 
+ROW_GROUPS = {"masked_softmax": groups.masked_softmax, "log_softmax": cases.log_softmax,
+              "layer_norm_gelu_rows": lambda: groups.layer_norm_gelu(shape=(B, groups.S))}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_GROUPS))
+def test_row_nest_register_and_general_paths(gpu, kcache, name):
+    """A row nest has two paths: rows of at most blockDim.x * ROW_CACHE elements keep their elements
+    in registers across the steps, longer rows loop over global memory. Both match the reference:
+    long rows (general path at the launcher's block size), and short rows launched with one warp per
+    row so that the general path runs them too, beside the default (register) launch."""
+    from ms_dynvm.codegen.cuda.render import ROW_CACHE
+
+    fn = ROW_GROUPS[name]()
+    k = kern("rows_" + name, fn, kcache)
+    rng = np.random.default_rng(7)
+    syms = sorted({n for t in fn.types.values() for d in t.shape if not isinstance(d, int) for n in d.names})
+    for env in ({s: (3 if s == "B" else 1024 * ROW_CACHE + 5) for s in syms},
+                {s: (5 if s == "B" else 1024 * ROW_CACHE) for s in syms}):
+        ins = arrays_for(fn, env, rng)
+        with np.errstate(all="ignore"):
+            ref = reference(fn, ins)
+        assert_close(k(ins), ref, "f32", f"{name} {env}")
+    env = {s: (9 if s == "B" else 200) for s in syms}
+    ins = arrays_for(fn, env, rng)
+    with np.errstate(all="ignore"):
+        ref = reference(fn, ins)
+    assert_close(k(ins), ref, "f32", f"{name} default launch")
+    ins = [np.ascontiguousarray(a) for a in ins]
+    default = k.plan([a.shape for a in ins], [tuple(st_ // a.itemsize for st_ in a.strides) for a in ins],
+                     (True,) * len(ins))
+    assert any(block[0] * ROW_CACHE >= 200 for _, _, block, _ in default.launches)
+    # (a fresh Plan: the kernel's own plans are cached)
+    plan = ck.Plan([(f, grid, (32, 1, 1), vec) for f, grid, block, vec in default.launches],
+                   default.scalars, default.temp_bytes, default.out_shapes)
+    from ms_dynvm.runtime.device_pool import default_device_pool
+
+    pool = default_device_pool()
+    dev = [ck.to_device(a, t.dtype, pool) for a, (_, t) in zip(ins, k.params)]
+    outs = []
+    for (_, t), shape in zip(k.outputs, plan.out_shapes):
+        n = int(np.prod(shape, dtype=np.int64)) * ck.driver.storage_itemsize(t.dtype)
+        buf = pool.allocate(n)
+        outs.append(ck.driver.DeviceArray(buf.ptr, shape, t.dtype, buf=buf))
+    k.launch([a.ptr for a in dev], [o.ptr for o in outs], plan, pool)
+    got = [o.get() for o in outs]
+    for a in dev + outs:
+        a.release()
+    pool.safe_point()
+    assert_close(got, ref, "f32", f"{name} one warp per row (general path)")
+
+
 def _interpret_resized(prog, inputs):
     """The reference at other input sizes: the program's types re-inferred (as the executor does)."""
     from ms_dynvm.bytecode.text import Reg

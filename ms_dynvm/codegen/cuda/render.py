@@ -53,6 +53,7 @@ _KIND = {"sum": "DVM_SUM", "prod": "DVM_PROD", "max": "DVM_MAX", "min": "DVM_MIN
 _INIT = {"sum": "0", "prod": "1"}
 
 MAP_THREADS = 256
+ROW_CACHE = 4  # row elements per thread held in registers across a row nest's steps
 
 
 def templates_dir() -> str:
@@ -289,38 +290,49 @@ class CudaRenderer:
 
     # --- row nests --------------------------------------------------------------------------------
     def _row_nest(self, name: str, nest) -> str:
-        spec = self.spec
         n_outer = " * ".join(f"(int64_t){cu_ix(s)}" for _, s in nest.outer) or "1LL"
         lines = _delinearise("o", list(nest.outer))
-        work = []
+        work = [[s for _, s in step.inner] for step in nest.steps]
+        general = self._row_general(nest)
+        cached = self._row_cached(nest)
+        if cached is None:
+            lines += general
+        else:
+            n = " * ".join(f"(int64_t){cu_ix(s)}" for _, s in nest.steps[0].inner)
+            lines.append(f"if ({n} <= (int64_t)blockDim.x * {ROW_CACHE}) {{")
+            lines += ["    " + ln for ln in cached]
+            lines.append("} else {")
+            lines += ["    " + ln for ln in general]
+            lines.append("}")
+        # Every thread is done with this row's shared memory and statistics before the next row.
+        lines.append("__syncthreads();")
+        self.nests.append(NestInfo(name, "row", list(nest.outer), work, []))
+        body = "\n".join("        " + ln for ln in lines)
+        return Template(template("row_nest.cu")).substitute(
+            name=name, params=self.params(), n_outer=n_outer, body=body)
+
+    def _row_general(self, nest) -> list:
+        """Any row length: each step loops over the row with a block-strided index, reading and
+        writing global memory (a later step re-reads what an earlier one read or stored)."""
+        spec = self.spec
+        lines = []
         for k, step in enumerate(nest.steps):
-            work.append([s for _, s in step.inner])
             for s in step.pre:
                 lines.append(render_stmt(s, spec))
             inner = list(step.inner)
             n = " * ".join(f"(int64_t){cu_ix(s)}" for _, s in inner) or "1LL"
             if step.is_reduce:
-                for acc in step.accs:
-                    T = _CT[acc.ctype]
-                    init = acc.first if acc.first else _INIT.get(acc.kind, "-INFINITY")
-                    lines.append(f"{T} {acc.var} = ({T})({init});")
+                lines += self._acc_init(step)
                 if inner:
                     lines.append(f"for (int64_t j = threadIdx.x; j < {n}; j += blockDim.x) {{")
                     lines += ["    " + ln for ln in _delinearise("j", inner)]
-                    lines += ["    " + render_stmt(s, spec) for s in step.body]
-                    for acc in step.accs:
-                        lines.append(f"    {acc.var} = dvm_combine<{_KIND[acc.kind]}>({acc.var}, "
-                                     f"({_CT[acc.ctype]})({acc.value}));")
-                    lines.append("}")
-                    for acc in step.accs:
-                        lines.append(f"{acc.var} = dvm_block_reduce<{_KIND[acc.kind]}>({acc.var});")
                 else:
                     lines.append("{")
-                    lines += ["    " + render_stmt(s, spec) for s in step.body]
-                    for acc in step.accs:
-                        lines.append(f"    {acc.var} = dvm_combine<{_KIND[acc.kind]}>({acc.var}, "
-                                     f"({_CT[acc.ctype]})({acc.value}));")
-                    lines.append("}")
+                lines += ["    " + render_stmt(s, spec) for s in step.body]
+                lines += ["    " + ln for ln in self._acc_combine(step)]
+                lines.append("}")
+                if inner:
+                    lines += self._acc_reduce(step)
             elif inner:
                 lines.append(f"for (int64_t j = threadIdx.x; j < {n}; j += blockDim.x) {{")
                 lines += ["    " + ln for ln in _delinearise("j", inner)]
@@ -330,18 +342,137 @@ class CudaRenderer:
                 lines.append("if (threadIdx.x == 0) {")
                 lines += ["    " + render_stmt(s, spec) for s in step.body]
                 lines.append("}")
-            for s in step.post:
-                text = render_stmt(s, spec)
-                lines.append(f"if (threadIdx.x == 0) {text}" if isinstance(s, Store) else text)
+            lines += self._post(step)
             if not step.is_reduce and k + 1 < len(nest.steps):
                 # a later step may read what this one stored, at elements other threads wrote
                 lines.append("__syncthreads();")
-        # Every thread is done with this row's shared memory and statistics before the next row.
-        lines.append("__syncthreads();")
-        self.nests.append(NestInfo(name, "row", list(nest.outer), work, []))
-        body = "\n".join("        " + ln for ln in lines)
-        return Template(template("row_nest.cu")).substitute(
-            name=name, params=self.params(), n_outer=n_outer, body=body)
+        return lines
+
+    def _acc_init(self, step) -> list:
+        out = []
+        for acc in step.accs:
+            T = _CT[acc.ctype]
+            init = acc.first if acc.first else _INIT.get(acc.kind, "-INFINITY")
+            out.append(f"{T} {acc.var} = ({T})({init});")
+        return out
+
+    def _acc_combine(self, step) -> list:
+        return [f"{acc.var} = dvm_combine<{_KIND[acc.kind]}>({acc.var}, ({_CT[acc.ctype]})({acc.value}));"
+                for acc in step.accs]
+
+    def _acc_reduce(self, step) -> list:
+        return [f"{acc.var} = dvm_block_reduce<{_KIND[acc.kind]}>({acc.var});" for acc in step.accs]
+
+    def _post(self, step) -> list:
+        out = []
+        for s in step.post:
+            text = render_stmt(s, self.spec)
+            out.append(f"if (threadIdx.x == 0) {text}" if isinstance(s, Store) else text)
+        return out
+
+    def _row_cached(self, nest):
+        """Rows of at most blockDim.x * ROW_CACHE elements: thread t owns elements t + u*blockDim.x
+        (u < ROW_CACHE) in every step, so what a step loads from an input, or stores, stays in that
+        thread's registers for the later steps; each input element is read from memory once and each
+        output element written once, after the last step. The elements a thread visits, and their
+        order, are the general path's, so the results are bitwise the same. None where the nest does
+        not allow it: steps over different row shapes, a scalar step, or a buffer stored in the nest
+        that is accessed at more than one index (or outside the row loops)."""
+        spec = self.spec
+        steps = list(nest.steps)
+        if len(steps) < 2 or not steps[0].inner:
+            return None
+        shape = [s for _, s in steps[0].inner]
+        if any([s for _, s in st.inner] != shape for st in steps):
+            return None
+        canon = [(f"cj{i}", s) for i, s in enumerate(shape)]
+
+        def canonical(step, index):
+            return _ix_rename(index, {v: c for (v, _), (c, _) in zip(step.inner, canon)})
+
+        written: dict = {}  # buffer stored in a row loop -> its one canonical index
+        for st in steps:
+            for b, ix, is_store in _accesses(st.pre + st.post):
+                if is_store and b in written:
+                    return None
+            for b, ix, is_store in _accesses(st.body):
+                if is_store:
+                    c = canonical(st, ix)
+                    if written.setdefault(b, c) != c:
+                        return None
+        for st in steps:
+            for b, ix, _ in _accesses(st.pre + st.post):
+                if b in written:
+                    return None
+            for b, ix, _ in _accesses(st.body):
+                if b in written and canonical(st, ix) != written[b]:
+                    return None
+        regs: dict = {}  # (buffer, canonical index) -> register array name
+        decl = []
+        for st in steps:
+            for b, ix, _ in _accesses(st.body):
+                key = (b, canonical(st, ix))
+                if key not in regs and (b in written or spec.buffer(b).role == "in"):
+                    regs[key] = f"c{len(regs)}_{b}"
+                    decl.append(f"{storage_type(spec.buffer(b).dtype)} {regs[key]}[{ROW_CACHE}];")
+        held = set()  # register arrays holding their values (loaded or stored in an earlier step)
+        lines = list(decl)
+        for st in steps:
+            lines += [render_stmt(s, spec) for s in st.pre]
+            if st.is_reduce:
+                lines += self._acc_init(st)
+            lines.append("#pragma unroll")
+            lines.append(f"for (int u = 0; u < {ROW_CACHE}; ++u) {{")
+            lines.append("    const int64_t j = threadIdx.x + (int64_t)u * blockDim.x;")
+            n = " * ".join(f"(int64_t){cu_ix(s)}" for s in shape)
+            lines.append(f"    if (j < {n}) {{")
+            lines += ["        " + ln for ln in _delinearise("j", list(st.inner))]
+            first = set()
+
+            def load(buf, index, st=st, first=first):
+                r = regs.get((buf, canonical(st, index)))
+                if r is None:
+                    return f"{buf}[{cu_ix(index)}]"
+                if r in held or r in first:
+                    return f"{r}[u]"
+                first.add(r)
+                return f"({r}[u] = {buf}[{cu_ix(index)}])"
+
+            def store(buf, index, val, st=st, first=first):
+                r = regs[(buf, canonical(st, index))]
+                first.add(r)
+                return f"{r}[u] = {val};"
+
+            lines += ["        " + render_stmt(s, spec, load, store) for s in st.body]
+            if st.is_reduce:
+                lines += ["        " + ln for ln in self._acc_combine(st)]
+            lines.append("    }")
+            lines.append("}")
+            held |= first
+            if st.is_reduce:
+                lines += self._acc_reduce(st)
+            lines += self._post(st)
+        if written:
+            lines.append("#pragma unroll")
+            lines.append(f"for (int u = 0; u < {ROW_CACHE}; ++u) {{")
+            lines.append("    const int64_t j = threadIdx.x + (int64_t)u * blockDim.x;")
+            n = " * ".join(f"(int64_t){cu_ix(s)}" for s in shape)
+            lines.append(f"    if (j < {n}) {{")
+            lines += ["        " + ln for ln in _delinearise("j", canon)]
+            for b, ix in written.items():
+                lines.append(f"        {b}[{cu_ix(ix)}] = {regs[(b, ix)]}[u];")
+            lines.append("    }")
+            lines.append("}")
+        return lines
+
+
+def _ix_rename(e, names: dict):
+    """Index expression `e` with loop variables renamed by `names`."""
+    if isinstance(e, tuple):
+        if len(e) == 2 and e[0] == "v":
+            return ("v", names.get(e[1], e[1]))
+        return tuple(_ix_rename(x, names) for x in e)
+    return e
 
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
