@@ -223,15 +223,30 @@ def _np_dtype(ty) -> np.dtype:
 
 
 class _Learned:
-    """One recorded call, made into a plan candidate."""
+    """One recorded call, made into a plan candidate (its plan built on demand: `make_plan`)."""
 
-    def __init__(self, key, plan, roles, out_spec, cells, seconds) -> None:
+    def __init__(self, key, build, roles, out_spec, cells, seconds) -> None:
         self.key = key  # what two recordings must share
-        self.plan = plan
+        self._build = build  # () -> RegionPlan (may raise NotReplayable)
+        self.plan = None
         self.roles = roles  # per plan input: ("arg", i) | ("param", Parameter) | ("held", tensor)
         self.out_spec = out_spec
         self.cells = cells  # [(cell, plain state)]
         self.seconds = seconds
+
+    def make_plan(self):
+        """The recording's RegionPlan, built once (`RegionPlan.build`: the pass pipeline, dead code,
+        binding); raises NotReplayable where the program cannot be planned."""
+        if self.plan is None:
+            t0 = time.perf_counter()
+            try:
+                self.plan = self._build()
+            finally:
+                dt = time.perf_counter() - t0
+                METRICS.region_learn_seconds += dt
+                METRICS.region_plan_seconds += dt
+            self._build = None
+        return self.plan
 
 
 class _Entry:
@@ -710,10 +725,10 @@ class Regions:
                 return out
             entry.learned.append(lr)
             if fam in region.families or len(entry.learned) >= LEARN_CALLS:
-                region.families[fam] = True
-                entry.install(lr)
-                entry.learned = []
-                METRICS.region_compiles += 1
+                why = self._install(entry, lr)
+                if why is None and fam not in region.families:
+                    region.families[fam] = True
+                    self._install_pending(region, fam)
         if why == "graph-mode call inside" and entry.retries < _GRAPH_RETRIES:
             # An optimizer step inside whose rule is not checked yet ran as MindSpore's graph: the
             # next call runs eagerly (the optimizer learns its rule there), then learning resumes.
@@ -726,6 +741,36 @@ class Regions:
             entry.reason = why
             METRICS.regions_not_replayable[why] += 1
         return out
+
+    @staticmethod
+    def _install(entry: _Entry, lr: _Learned) -> str | None:
+        """Plan `lr` and install it for `entry`; the reason where it cannot be planned."""
+        try:
+            lr.make_plan()
+        except NotReplayable as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
+            METRICS.record_errors[f"region: {type(e).__name__}: {e}"] += 1
+            return f"error ({type(e).__name__})"
+        entry.install(lr)
+        entry.learned = []
+        METRICS.region_compiles += 1
+        return None
+
+    def _install_pending(self, region: Region, fam) -> None:
+        """A family just established: the region's other signatures that hold one recording of it
+        (made while the family was not established yet) are installed now, as a further size of an
+        established family is after its one recording; their next call replays instead of being
+        recorded again."""
+        for e in region.entries.values():
+            if e.state != "learn" or e.skip or not e.learned or _family(e.learned[-1].key) != fam:
+                continue
+            why = self._install(e, e.learned[-1])
+            if why is not None:
+                e.learned = []
+                e.state = "eager"
+                e.reason = why
+                METRICS.regions_not_replayable[why] += 1
 
     def _reverify(self, region: Region, entry: _Entry, run, flat: list):
         METRICS.region_reverifications += 1
@@ -940,17 +985,27 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         keep = Recording()
         keep._calls = rec._calls
         handler = keep.call_handler
-    plan = RegionPlan.build(prog, in_regs, out_regs, extra, call_handler=handler)
-    plan.n_out = n_out
-    plan.opt_steps = steps
-    plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]
-    plan.in_shapes = [tuple(types[r].shape) for r in in_regs]
-    if any(not all(type(d) is int for d in s) for s in plan.in_shapes):
+    in_dts = [str(_np_dtype(types[r])) for r in in_regs]
+    in_shapes = [tuple(types[r].shape) for r in in_regs]
+    if any(not all(type(d) is int for d in s) for s in in_shapes):
         raise NotReplayable("symbolic input shape")
     key = (prog.as_text(), tuple(repr(e) for g in extra for e in g), tuple(
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
         tuple(out_regs), repr(out_spec), tuple(consts), tuple((id(st), k, n) for st, k, n in steps))
-    lr = _Learned(key, plan, roles, out_spec, cells, seconds)
+
+    def build():
+        plan = RegionPlan.build(prog, in_regs, out_regs, extra, call_handler=handler)
+        plan.n_out = n_out
+        plan.opt_steps = steps
+        plan.in_dts = in_dts
+        plan.in_shapes = in_shapes
+        return plan
+
+    # The plan is built only where the recording is installed (`_Learned.make_plan`): a recording
+    # that only has to agree with another one (a first size's first recording, a re-verification)
+    # needs its key alone. (The key is made before any plan: building one adds the pipeline's
+    # registers to `prog.types`.)
+    lr = _Learned(key, build, roles, out_spec, cells, seconds)
     # Constants a recording cannot tell from data: the backward rules' `fill`s (a gradient that
     # happened to be constant in this recording, or a constant MindSpore's backward made). Two
     # recordings with the same argument values agree on them whatever they are (see
