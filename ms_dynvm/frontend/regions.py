@@ -99,6 +99,7 @@ _INNER = "_ms_dynvm_inner_region"
 _OUTER = "_ms_dynvm_outer_region"
 from mindspore.nn.optim.optimizer import Optimizer as _Optimizer  # noqa: E402
 _is_contiguous = TensorPy.is_contiguous
+_F32 = np.dtype(np.float32)
 # MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
 # script's Python state. `training` stays in (a guard of its own in the issue's terms).
 _CELL_INTERNAL = frozenset(k for k in nn.Cell().__dict__ if k != "training")
@@ -347,6 +348,7 @@ class _OptState:
         self.ret = None
         self.ptrs = None
         self.views = None
+        self.fused = None  # optim.FusedStep over `views`, where the rule has one
 
     def why_not(self) -> str | None:
         from mindspore import nn, float32
@@ -410,7 +412,26 @@ class _OptState:
                     return "parameter storage"
         return None
 
-    def _rule(self, v: dict, grads: list) -> None:
+    def _fused(self, v: dict):
+        """`optim.FusedStep` over the arrays of `v` (Adam; SGD, used at steps without momentum), or
+        None (another rule, no compiler, arrays it cannot take)."""
+        from mindspore import nn
+
+        from ms_dynvm.jit import optim
+
+        t = type(self.opt)
+        try:
+            if t is nn.Adam:
+                return optim.FusedStep("adam", v["params"], v["m1"], v["m2"])
+            if t is nn.SGD and not self.opt.nesterov:
+                return optim.FusedStep("sgd", v["params"])
+        except (RuntimeError, ValueError):
+            pass
+        return None
+
+    def _rule(self, v: dict, grads: list, fused=None, gptrs=None) -> None:
+        """One step of the rule on the arrays of `v`; through `fused` (made by `_fused` for `v`) where
+        given, on the gradients at addresses `gptrs` (float32, C-contiguous, the parameters' sizes)."""
         from mindspore import nn
 
         from ms_dynvm.jit import optim
@@ -418,25 +439,42 @@ class _OptState:
         opt = self.opt
         t = type(opt)
         lr = float(v["lr"][0])
+        if fused is not None and gptrs is None:
+            gptrs = [a.ctypes.data for a in grads()]
         if t is nn.SGD:
-            optim.sgd(v["params"], grads, v["accum"], v["stat"], lr, float(v["momentum"][0]), opt.dampening,
-                      opt.nesterov)
+            mom = float(v["momentum"][0])
+            if fused is not None and not mom > 0.0:  # (the rule's own branch: the step is the gradient)
+                fused(gptrs, lr)
+            else:
+                optim.sgd(v["params"], grads(), v["accum"], v["stat"], lr, mom, opt.dampening, opt.nesterov)
         elif t is nn.Momentum:
-            optim.momentum(v["params"], grads, v["moments"], lr, float(v["momentum"][0]), opt.use_nesterov)
+            optim.momentum(v["params"], grads(), v["moments"], lr, float(v["momentum"][0]), opt.use_nesterov)
         else:
             b1, b2, eps = self.consts
             v["b1p"][0][...] = v["b1p"][0] * np.float32(b1)
             v["b2p"][0][...] = v["b2p"][0] * np.float32(b2)
-            optim.adam(v["params"], grads, v["m1"], v["m2"], lr, b1, b2, eps,
-                       float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
+            if fused is not None:
+                fused(gptrs, lr, b1, b2, eps, float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
+            else:
+                optim.adam(v["params"], grads(), v["m1"], v["m2"], lr, b1, b2, eps,
+                           float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
         v["step"][0] += 1
 
     def step(self, grads) -> None:
-        self._rule(self.views, [_view(g, np.dtype(np.float32), s) for g, s in zip(grads, self.shapes)])
+        """The step on the gradient tensors `grads` (checked by `guard`)."""
+        shapes = self.shapes
+        if self.fused is not None and all(_is_contiguous(g) for g in grads):
+            # (the gradients' memory by address: no NumPy view made)
+            self._rule(self.views, lambda: [_view(g, _F32, s) for g, s in zip(grads, shapes)], self.fused,
+                       [g._data_ptr() or 0 for g in grads])
+            return
+        arrs = [_view(g, _F32, s) for g, s in zip(grads, shapes)]
+        self._rule(self.views, lambda: arrs, self.fused, None)
 
     def step_arrays(self, grads: list) -> None:
         """The step on gradients that are NumPy arrays already (a replayed train-step region)."""
-        self._rule(self.views, grads)
+        arrs = [g if g.dtype == _F32 and g.flags.c_contiguous else np.ascontiguousarray(g, _F32) for g in grads]
+        self._rule(self.views, lambda: arrs, self.fused, None)
         self.replays += 1
 
     def learn(self, grads, run):
@@ -447,7 +485,9 @@ class _OptState:
         out = run()
         self.eager_s = time.perf_counter() - t0
         try:
-            self._rule(before, g)
+            # The rule is checked as it will run: fused where replays will be (`_fused`).
+            self.fused = self._fused(self.views)
+            self._rule(before, lambda: g, self._fused(before) if self.fused is not None else None, None)
             ok = all(np.allclose(b, a, rtol=1e-5, atol=1e-7)
                      for k in self.views for b, a in zip(before[k], self.views[k]))
             if type(out) not in (bool, tuple) or (type(out) is tuple and any(type(x) is not bool for x in out)):

@@ -377,6 +377,29 @@ def test_optimizer_steps_replay_and_match_eager(make_opt):
     assert s["regions_replayed"] >= 45, s  # of 60 region calls: 30 optimizer steps, 30 gradient steps
 
 
+@pytest.mark.parametrize("make_opt,fused", [
+    (lambda ps: nn.Adam(ps, 0.01), True),
+    (lambda ps: nn.SGD(ps, 0.05), True),
+    (lambda ps: nn.Momentum(ps, 0.05, 0.9), False),
+], ids=["adam", "sgd", "momentum"])
+def test_optimizer_replays_run_one_fused_step_where_the_rule_has_one(vm, make_opt, fused):
+    from ms_dynvm.jit import optim
+
+    if not optim.available():
+        pytest.skip("no C compiler")
+    net = _mlp(5)
+    opt = make_opt(net.trainable_params())
+    gf = ms.value_and_grad(lambda x, y: nn.MSELoss()(net(x), y), None, net.trainable_params())
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        _, g = gf(ms.Tensor(rng.standard_normal((3, 12)).astype(np.float32)),
+                  ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32)))
+        opt(g)
+    st = opt.__dict__[R._OPT_ATTR][1]
+    assert st.state == "replay" and st.replays >= 3
+    assert (st.fused is not None) == fused
+
+
 def test_unsupported_optimizer_runs_eagerly(vm):
     net = _mlp(5)
     opt = nn.SGD(net.trainable_params(), 0.05, weight_decay=0.01)
