@@ -167,6 +167,9 @@ _IS_TENSOR: dict = {}  # type -> whether it is a Tensor class (isinstance throug
 _BINDINGS = frozenset(("_params", "_cells", "_tensor_list", "_params_list"))  # MindSpore's name -> object maps
 from collections import OrderedDict as _OrderedDict  # noqa: E402
 
+_PLAIN_TYPES = frozenset(_PLAIN)
+_MAPS = (dict, _OrderedDict)
+
 
 def _summary(k: str, v):
     """What the guards keep of attribute `k` = `v` of a cell (see `_plain_state`), or _UNTRACKED."""
@@ -214,7 +217,19 @@ def _state_matches(cell, expect) -> bool:
         return _plain_state(cell) == state  # (an untracked attribute was added or removed)
     get = d.get
     for k, v in state:
-        if _summary(k, get(k, _UNTRACKED)) != v:
+        x = get(k, _UNTRACKED)
+        t = type(x)
+        if t is type(v) and t in _PLAIN_TYPES:  # (a tracked plain attribute's summary is its value)
+            if x != v:
+                return False
+        elif t in _MAPS and k in _BINDINGS and k in _CELL_INTERNAL:
+            # (MindSpore's name -> object maps, as `_summary` keeps them: names and ids, in order)
+            if len(x) != len(v):
+                return False
+            for (name, o), (name0, i0) in zip(x.items(), v):
+                if name != name0 or id(o) != i0:
+                    return False
+        elif _summary(k, x) != v:
             return False
     return True
 
@@ -317,7 +332,8 @@ def check_guards(guards: tuple) -> str | None:
     for g in guards:
         k, o = g.kind, g.obj
         if k == "storage":
-            ok = (o._data_ptr(), tuple(o.shape), str(o.dtype)) == g.value
+            ptr, shape, dt = g.value
+            ok = o._data_ptr() == ptr and tuple(o.shape) == shape and str(o.dtype) == dt
         elif k == "training":
             ok = o.training == g.value
         else:

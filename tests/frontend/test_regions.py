@@ -429,6 +429,52 @@ def test_a_new_size_of_a_learned_family_replays_after_one_recording(vm):
     ms_dynvm.enable(regions=True, step_switch=False)
 
 
+def test_a_size_recorded_before_its_family_was_established_is_installed_with_it(vm):
+    """Sizes 4, 7, 4: the second recording at batch 4 establishes the family; batch 7's one
+    recording, made before, is a further size of it and is installed then (no second recording)."""
+    net = _mlp(6)
+    net.set_train(False)
+    rng = np.random.default_rng(2)
+    x4 = [ms.Tensor(rng.standard_normal((4, 12)).astype(np.float32)) for _ in range(3)]
+    x7 = ms.Tensor(rng.standard_normal((7, 12)).astype(np.float32))
+    net(x4[0])  # warm-up
+    net(x4[1])  # first recording at batch 4
+    net(x7)  # first recording at batch 7: its family is not established yet
+    assert ms_dynvm.stats()["region_compiles"] == 0
+    net(x4[2])  # second recording at batch 4: both signatures are installed
+    assert ms_dynvm.stats()["region_compiles"] == 2
+    got = net(x7)
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] == 1 and s["recordings"] == 3, s
+    ms_dynvm.disable()
+    np.testing.assert_allclose(got.asnumpy(), net(x7).asnumpy(), rtol=1e-5, atol=1e-6)
+    ms_dynvm.enable(regions=True, step_switch=False)
+
+
+def test_a_recording_that_only_has_to_agree_is_not_planned(vm, monkeypatch):
+    """Plans are built only for recordings that are installed: a first size's first recording and a
+    re-verification's recording need their key alone."""
+    built = []
+    orig = R.RegionPlan.build.__func__
+
+    def build(cls, *a, **k):
+        built.append(1)
+        return orig(cls, *a, **k)
+
+    monkeypatch.setattr(R.RegionPlan, "build", classmethod(build))
+    monkeypatch.setattr(R, "REVERIFY_AT", (2,))
+    net = _mlp(6)
+    net.set_train(False)
+    x = ms.Tensor(np.random.default_rng(3).standard_normal((4, 12)).astype(np.float32))
+    for _ in range(3):  # warm-up, two recordings: one plan
+        net(x)
+    assert ms_dynvm.stats()["region_compiles"] == 1 and len(built) == 1
+    net(x)
+    net(x)  # the second replay is re-verified: recorded and compared, not planned
+    s = ms_dynvm.stats()
+    assert s["region_reverifications"] == 1 and s["region_retired"] == {} and len(built) == 1, s
+
+
 class TrainStep(nn.Cell):
     """A script's own train-step Cell: value_and_grad and the optimizer inside construct."""
 
