@@ -109,6 +109,19 @@ class _Unsupported(Exception):
     pass
 
 
+_DTYPE_STR: list = []  # [(MindSpore dtype object, its str)]: dtypes are singletons; str() costs ~2 us
+
+
+def _dtype_str(dt) -> str:
+    for o, name in _DTYPE_STR:
+        if o is dt:
+            return name
+    name = str(dt)
+    if len(_DTYPE_STR) < 32:
+        _DTYPE_STR.append((dt, name))  # (held here: the identity stays this object's)
+    return name
+
+
 def _arg_spec(obj, flat: list):
     """A hashable description of an argument (tensors appended to `flat`)."""
     t = type(obj)
@@ -120,7 +133,7 @@ def _arg_spec(obj, flat: list):
         return (t.__name__, tuple(_arg_spec(x, flat) for x in obj))
     if isinstance(obj, Tensor):
         flat.append(obj)
-        return ("T", str(obj.dtype), tuple(obj.shape))
+        return ("T", _dtype_str(obj.dtype), tuple(obj.shape))
     raise _Unsupported(f"argument of type {t.__name__}")
 
 
@@ -333,7 +346,7 @@ def check_guards(guards: tuple) -> str | None:
         k, o = g.kind, g.obj
         if k == "storage":
             ptr, shape, dt = g.value
-            ok = o._data_ptr() == ptr and tuple(o.shape) == shape and str(o.dtype) == dt
+            ok = o._data_ptr() == ptr and tuple(o.shape) == shape and _dtype_str(o.dtype) == dt
         elif k == "training":
             ok = o.training == g.value
         else:
@@ -420,7 +433,8 @@ class _OptState:
         if grads is None or len(grads) != len(self.opt._parameters):
             return "optimizer arguments"
         for g, p in zip(grads, self.opt._parameters):
-            if not isinstance(g, Tensor) or tuple(g.shape) != tuple(p.shape) or g.dtype != p.dtype:
+            if not isinstance(g, Tensor) or tuple(g.shape) != tuple(p.shape) or \
+                    _dtype_str(g.dtype) != _dtype_str(p.dtype):
                 return "optimizer arguments"
         if not learning:
             for t, ptr in self.ptrs:
