@@ -1477,13 +1477,33 @@ class _Explainer:
                     and types[r].dtype in ("i32", "i64")]
         rows = [q for q, ph in defined.items() if ph == "bwd" and types[q].dtype == dt
                 and len(types[q].shape) == value.ndim and tuple(types[q].shape[1:]) == tuple(value.shape[1:])]
+        scale = None
         for r in reversed(rows):
             for i in reversed(idx_regs):
+                # (a candidate whose first row already differs is dropped before it is run: the same
+                # criterion as `_err`, on one row, so only candidates `_run` would reject are)
+                rv, iv = self._value(r), self._value(i)
+                if rv is not None and iv is not None and iv.size and rv.ndim == value.ndim:
+                    j = int(iv.reshape(-1)[0])
+                    if 0 <= j < rv.shape[0]:
+                        if scale is None:
+                            with np.errstate(all="ignore"):
+                                scale = 1e-6 * (1.0 + float(np.max(np.abs(value.astype(np.float64)), initial=0.0)))
+                        if not self._row_close(rv[j], value[0], scale):
+                            continue
                 out = self._new(dt, value.shape)
                 cand = [Instr("gather", (Reg(r), Reg(i)), {"axis": 0, "batch_dims": 0}, (out,))]
                 if self._run(cand, value) <= 1.0:
                     return cand
         return None
+
+    @staticmethod
+    def _row_close(got, want, scale: float) -> bool:
+        """`_err(got, want) <= 1` for one row of a tensor whose largest magnitude gave `scale`."""
+        with np.errstate(all="ignore"):
+            g, v = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            same = (g == v) | (np.isnan(g) & np.isnan(v))
+            return bool((same | (np.abs(g - v) <= scale + 1e-4 * np.abs(v))).all())
 
     def _ge0(self, value):
         if value.dtype != np.bool_:

@@ -125,6 +125,8 @@ def main() -> int:
             for kind, (n, t, e) in sorted(by_kind.items(), key=lambda kv: -kv[1][1]):
                 print(f"   {kind:>26}: {n:4d} steps, {1e3 * t:8.1f} ms ({100 * t / dt:4.1f}%), "
                       f"{1e3 * t / n:6.2f} ms/step; eager steady at these sizes {1e3 * e / n:6.2f} ms/step")
+            print("   first 8 steps, ms: eager " + " ".join(f"{1e3 * r[2]:.1f}" for r in erows[:8]) +
+                  "; dynvm " + " ".join(f"{1e3 * r[2]:.1f}" for r in drows[:8]))
             per_size: dict = {}
             for i, s, t, kind, d in drows:
                 if kind != "replay":

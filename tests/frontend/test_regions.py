@@ -772,3 +772,23 @@ def test_opaque_ops_stay_in_a_replayed_region_as_calls_into_mindspore(vm):
         gf(x)
     s = ms_dynvm.stats()
     assert s["regions_replayed"] == 0 and s["regions_not_replayable"], s
+
+
+def test_the_take_rules_one_row_precheck_rejects_only_what_the_full_check_rejects():
+    """`_Explainer._row_close` on a tensor's first row is `_err(...) <= 1` restricted to that row (the
+    tolerance's scale from the whole tensor): a candidate the full comparison accepts passes it."""
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        want = rng.standard_normal((4, 6)) * 10.0 ** rng.integers(-3, 4)
+        got = want * (1 + rng.choice([0.0, 1e-6, 5e-5, 2e-4, 1e-2]) * rng.standard_normal(want.shape))
+        if trial % 5 == 0:
+            got[0, rng.integers(0, 6)] = want[0, 0] = np.nan
+        if trial % 7 == 0:
+            got[0, 1] = want[0, 1] = np.inf
+        want, got = want.astype(np.float32), got.astype(np.float32)
+        scale = 1e-6 * (1.0 + float(np.max(np.abs(want.astype(np.float64)))))
+        full = R._Explainer._err(got, want) <= 1.0
+        row = R._Explainer._row_close(got[0], want[0], scale)
+        assert row or not full
+        if R._Explainer._err(got[:1], want[:1]) <= 1.0 and scale == 1e-6 * (1.0 + float(np.max(np.abs(want[:1])))):
+            assert row
