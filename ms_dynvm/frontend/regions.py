@@ -8,8 +8,10 @@ Per region and input signature (per flattened argument: dtype and shape of a ten
 of a Python scalar), calls go through three states:
 - learn: the call runs eagerly inside a recording (`dispatch.record`, tier 1 off for it),
   `LEARN_CALLS` times for the first signature of a family, once for a further signature of an
-  established family (`_learn`, `_family`). Each recording is turned into a plan candidate
-  (`_make_learned`); it is replayable when no block ended at a sync point (a tensor's value read by
+  established family (`_learn`, `_family`); when a family is established, the region's other
+  signatures holding one recording of it are installed with it (`_install_pending`). Each recording
+  is turned into a plan candidate (`_make_learned`; its plan is built only where it is installed,
+  `_Learned.make_plan`); it is replayable when no block ended at a sync point (a tensor's value read by
   Python, a graph-mode call; basic indexing is recorded as ops, `Recorder.record_getitem`), no op is
   opaque or random, no input is written in place, no Python state of the cells it called changed
   across the call (`_plain_state`: plain attributes by value, containers by length; MindSpore's own
@@ -35,7 +37,8 @@ function captures) are read live at each replay; their values are part of the re
 
 Optimizer steps (`_OptState`): MindSpore runs them as graphs no hook sees, so they are not recorded:
 a supported optimizer's update rule (`jit/optim.py`) is checked against one eager step and then run
-in place on its parameters' and states' memory.
+in place on its parameters' and states' memory (Adam and SGD without momentum as one fused C call,
+`optim.FusedStep`, the form that is checked).
 
 Re-verification: at a region's replay counts in `REVERIFY_AT` (then every `REVERIFY_EVERY`), over
 all its signatures, the call is learned again (recorded eagerly) and compared with the plan:
