@@ -972,6 +972,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         explainer.cache = cache
     for k, inp in enumerate(prog.inputs):  # (the inputs' values as the program read them)
         explainer._arrays[inp.reg] = rec._snaps[k]
+    explainer.inputs = [inp.reg for inp in prog.inputs if first_use.get(inp.reg) == "fwd"]
     # Inputs: arguments, parameters, held tensors; backward-phase unknowns explained.
     arg_of = {}
     for i, t in enumerate(flat):
@@ -1139,6 +1140,9 @@ class _Explainer:
         self.only = None  # a hint's registers (see `explain`)
         self.cache: dict = {}
         self.def_idx = {r: i for i, ins in enumerate(prog.instrs()) for r in ins.outs}
+        self.inputs: list = []  # the program's inputs first read in the forward phase (`_ge0`)
+        self.filled: dict = {}  # register -> the constant an accepted `fill` rule gives it
+        self._defs = None
 
     def _value(self, r: int):
         a = self._arrays.get(r)
@@ -1179,21 +1183,51 @@ class _Explainer:
             finally:
                 self.only = None
             if found is not None:
-                return self._finish(found, reg)
+                return self._note(self._finish(found, reg))
         for rule in (self._leading_sum, self._softmax, self._layer_norm, self._getitem, self._scatter_rows,
                      self._rows, self._ge0, self._constant):
             found = rule(value)
             if found is not None:
                 if key is not None:
                     self.cache[key] = (rule.__name__, self._reads(found))
-                return self._finish(found, reg)
+                return self._note(self._finish(found, reg))
         raise NotReplayable(f"unexplained backward tensor {list(value.shape)}")
+
+    def _nonneg(self, r: int) -> bool:
+        """Register `r` is >= 0 whatever the data: `maximum(x, c)` of a constant c >= 0 (an immediate,
+        a `fill` of the program, or an input a `fill` rule explained)."""
+        ins = self._def_ins().get(r)
+        if ins is None or ins.op != "maximum":
+            return False
+        for a in ins.args:
+            if not isinstance(a, Reg):
+                if type(a) in (int, float) and a >= 0:
+                    return True
+                continue
+            c = self.filled.get(int(a))
+            if c is None:
+                d = self._def_ins().get(int(a))
+                c = d.attrs.get("value") if d is not None and d.op == "fill" else None
+            if type(c) in (int, float, bool) and c >= 0:
+                return True
+        return False
+
+    def _def_ins(self) -> dict:
+        if self._defs is None:
+            self._defs = {r: ins for ins in self.prog.instrs() for r in ins.outs}
+        return self._defs
 
     @staticmethod
     def _finish(instrs: list, reg) -> list:
         if reg is not None:  # the last instruction writes the input's own register
             last = instrs[-1]
             instrs[-1] = Instr(last.op, last.args, last.attrs, (reg,))
+        return instrs
+
+    def _note(self, instrs: list) -> list:
+        """Remember the registers an explanation fills with a constant (`_nonneg` reads them)."""
+        if len(instrs) == 1 and instrs[0].op == "fill":
+            self.filled[instrs[0].outs[0]] = instrs[0].attrs.get("value")
         return instrs
 
     def _reads(self, instrs: list) -> frozenset:
@@ -1509,11 +1543,18 @@ class _Explainer:
             return bool((same | (np.abs(g - v) <= scale + 1e-4 * np.abs(v))).all())
 
     def _ge0(self, value):
+        """`ids >= 0` (UnsortedSegmentSum's backward masks the rows of negative ids) over an integer
+        register or a forward input of the program (the ids themselves). A register that is >= 0
+        whatever the data (`_nonneg`: the backward's own `maximum(ids, 0)`) is passed over: its mask
+        is constant, equal to the recorded one only while no id was negative."""
         if value.dtype != np.bool_:
             return None
         types = self.prog.types
-        for r in sorted(self._defined(), reverse=True):
+        fwd_in = [r for r in self.inputs if self.only is None or r in self.only]
+        for r in sorted(self._defined(), reverse=True) + sorted(fwd_in, reverse=True):
             if tuple(types[r].shape) == value.shape and types[r].dtype in ("i32", "i64"):
+                if self._nonneg(r):
+                    continue
                 out = self._new("bool", value.shape)
                 cand = [Instr("ge", (Reg(r), 0), {}, (out,))]
                 if self._run(cand, value) <= 1.0:
