@@ -1259,6 +1259,8 @@ class _Explainer:
             return float("inf")
         if value.dtype.kind in "biu":
             return 0.0 if np.array_equal(got, value) else float("inf")
+        if got.dtype == value.dtype and np.array_equal(got, value):  # (one pass; NaNs take the full path)
+            return 0.0
         with np.errstate(all="ignore"):
             g, v = got.astype(np.float64), value.astype(np.float64)
             same = (g == v) | (np.isnan(g) & np.isnan(v))
