@@ -492,15 +492,19 @@ class TrainStep(nn.Cell):
         return lv
 
 
-@pytest.mark.parametrize("kind", ["TrainOneStepCell", "own"])
-def test_train_step_cells_replay_their_gradient_and_optimizer(kind):
+@pytest.mark.parametrize("kind,optimizer", [("TrainOneStepCell", "momentum"), ("own", "momentum"),
+                                            ("TrainOneStepCell", "adam"), ("own", "sgd")])
+def test_train_step_cells_replay_their_gradient_and_optimizer(kind, optimizer):
+    """(Adam and SGD run there by the fused step, on the plan's gradient arrays.)"""
     def run(use_vm):
         if use_vm:
             ms_dynvm.reset_stats()
             ms_dynvm.enable(regions=True, step_switch=False)
         try:
             net = _mlp(7)
-            opt = nn.Momentum(net.trainable_params(), 0.05, 0.9)
+            ps = net.trainable_params()
+            opt = nn.Momentum(ps, 0.05, 0.9) if optimizer == "momentum" else \
+                nn.Adam(ps, 0.01) if optimizer == "adam" else nn.SGD(ps, 0.05)
             if kind == "own":
                 step = TrainStep(net, opt)
             else:
