@@ -1193,22 +1193,27 @@ class _Explainer:
                 return self._note(self._finish(found, reg))
         raise NotReplayable(f"unexplained backward tensor {list(value.shape)}")
 
+    def _const(self, r: int):
+        """The value of register `r` where it is a constant: a `fill` of the program or an input a
+        `fill` rule explained; else None."""
+        c = self.filled.get(r)
+        if c is None:
+            d = self._def_ins().get(r)
+            c = d.attrs.get("value") if d is not None and d.op == "fill" else None
+        return c if type(c) in (int, float, bool) else None
+
     def _nonneg(self, r: int) -> bool:
-        """Register `r` is >= 0 whatever the data: `maximum(x, c)` of a constant c >= 0 (an immediate,
-        a `fill` of the program, or an input a `fill` rule explained)."""
+        """Register `r` is >= 0 whatever the data: a constant >= 0, or `maximum(x, c)` of a constant
+        c >= 0 (an immediate or a constant register)."""
+        c = self._const(r)
+        if c is not None:
+            return c >= 0
         ins = self._def_ins().get(r)
         if ins is None or ins.op != "maximum":
             return False
         for a in ins.args:
-            if not isinstance(a, Reg):
-                if type(a) in (int, float) and a >= 0:
-                    return True
-                continue
-            c = self.filled.get(int(a))
-            if c is None:
-                d = self._def_ins().get(int(a))
-                c = d.attrs.get("value") if d is not None and d.op == "fill" else None
-            if type(c) in (int, float, bool) and c >= 0:
+            c = self._const(int(a)) if isinstance(a, Reg) else a if type(a) in (int, float) else None
+            if c is not None and c >= 0:
                 return True
         return False
 
@@ -1546,14 +1551,28 @@ class _Explainer:
 
     def _ge0(self, value):
         """`ids >= 0` (UnsortedSegmentSum's backward masks the rows of negative ids) over an integer
-        register or a forward input of the program (the ids themselves). A register that is >= 0
-        whatever the data (`_nonneg`: the backward's own `maximum(ids, 0)`) is passed over: its mask
-        is constant, equal to the recorded one only while no id was negative."""
+        register or a forward input of the program. Recorded masks are mostly all True (no negative
+        id), which any non-negative register of the shape reproduces, so the ids themselves are tried
+        first: the segment ids of a forward `unsorted_segment_sum`, and what the backward clamps with
+        `maximum(ids, 0)`. A register that is >= 0 whatever the data (`_nonneg`: that clamp) is passed
+        over: its mask is constant, equal to the recorded one only while no id was negative."""
         if value.dtype != np.bool_:
             return None
         types = self.prog.types
         fwd_in = [r for r in self.inputs if self.only is None or r in self.only]
-        for r in sorted(self._defined(), reverse=True) + sorted(fwd_in, reverse=True):
+        rest = sorted(self._defined(), reverse=True) + sorted(fwd_in, reverse=True)
+        allowed = set(rest)
+        ids = []
+        for ins in self.prog.instrs():
+            srcs = ()
+            if ins.op == "unsorted_segment_sum" and len(ins.args) > 1:
+                srcs = ins.args[1:2]
+            elif ins.op == "maximum" and self._nonneg(ins.outs[0]):
+                srcs = ins.args  # (the clamp's constant is no candidate: not an allowed register)
+            for a in srcs:
+                if isinstance(a, Reg) and int(a) in allowed and int(a) not in ids:
+                    ids.append(int(a))
+        for r in ids + [r for r in rest if r not in ids]:
             if tuple(types[r].shape) == value.shape and types[r].dtype in ("i32", "i64"):
                 if self._nonneg(r):
                     continue

@@ -799,21 +799,27 @@ def test_the_take_rules_one_row_precheck_rejects_only_what_the_full_check_reject
 
 
 class SegmentMessages(nn.Cell):
-    def __init__(self):
+    def __init__(self, degree_first=False):
         super().__init__()
         self.msg = nn.Dense(4, 4)
+        self.degree_first = degree_first
 
     def construct(self, x, src, dst):
+        if self.degree_first:  # (dst read before src: the source ids get the later register)
+            deg = ops.unsorted_segment_sum(ops.ones((dst.shape[0], 1), ms.float32), dst, x.shape[0])
+            return ops.unsorted_segment_sum(self.msg(ops.gather(x, src, 0)), dst, x.shape[0]) / (deg + 1.0)
         return ops.unsorted_segment_sum(self.msg(ops.gather(x, src, 0)), dst, x.shape[0])
 
 
-def test_segment_sum_gradients_replay_right_when_ids_turn_negative_after_learning():
+@pytest.mark.parametrize("degree_first", [False, True])
+def test_segment_sum_gradients_replay_right_when_ids_turn_negative_after_learning(degree_first):
     """UnsortedSegmentSum's backward masks the rows of negative ids (`ids >= 0`, made without
-    dispatch). Learned from calls whose ids were all >= 0, the mask must still be read from the ids,
-    not from the backward's own maximum(ids, 0) (always >= 0): dropped edges (id -1) later on get
-    eager's gradients."""
+    dispatch). Learned from calls whose ids were all >= 0 (a mask all True, which any non-negative
+    register reproduces), the mask must still be read from the segment ids: not from the backward's
+    own maximum(ids, 0) (always >= 0), nor from the source ids (also >= 0 here): dropped edges (id -1)
+    later on get eager's gradients."""
     def run(use_vm):
-        net = SegmentMessages()
+        net = SegmentMessages(degree_first)
         _init(net, 3)
         gf = ms.value_and_grad(lambda x, s, t, y: ((net(x, s, t) - y) ** 2).mean(), None,
                                net.trainable_params())
