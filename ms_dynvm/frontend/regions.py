@@ -8,8 +8,10 @@ Per region and input signature (per flattened argument: dtype and shape of a ten
 of a Python scalar), calls go through three states:
 - learn: the call runs eagerly inside a recording (`dispatch.record`, tier 1 off for it),
   `LEARN_CALLS` times for the first signature of a family, once for a further signature of an
-  established family (`_learn`, `_family`). Each recording is turned into a plan candidate
-  (`_make_learned`); it is replayable when no block ended at a sync point (a tensor's value read by
+  established family (`_learn`, `_family`); when a family is established, the region's other
+  signatures holding one recording of it are installed with it (`_install_pending`). Each recording
+  is turned into a plan candidate (`_make_learned`; its plan is built only where it is installed,
+  `_Learned.make_plan`); it is replayable when no block ended at a sync point (a tensor's value read by
   Python, a graph-mode call; basic indexing is recorded as ops, `Recorder.record_getitem`), no op is
   opaque or random, no input is written in place, no Python state of the cells it called changed
   across the call (`_plain_state`: plain attributes by value, containers by length; MindSpore's own
@@ -35,7 +37,8 @@ function captures) are read live at each replay; their values are part of the re
 
 Optimizer steps (`_OptState`): MindSpore runs them as graphs no hook sees, so they are not recorded:
 a supported optimizer's update rule (`jit/optim.py`) is checked against one eager step and then run
-in place on its parameters' and states' memory.
+in place on its parameters' and states' memory (Adam and SGD without momentum as one fused C call,
+`optim.FusedStep`, the form that is checked).
 
 Re-verification: at a region's replay counts in `REVERIFY_AT` (then every `REVERIFY_EVERY`), over
 all its signatures, the call is learned again (recorded eagerly) and compared with the plan:
@@ -99,6 +102,7 @@ _INNER = "_ms_dynvm_inner_region"
 _OUTER = "_ms_dynvm_outer_region"
 from mindspore.nn.optim.optimizer import Optimizer as _Optimizer  # noqa: E402
 _is_contiguous = TensorPy.is_contiguous
+_F32 = np.dtype(np.float32)
 # MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
 # script's Python state. `training` stays in (a guard of its own in the issue's terms).
 _CELL_INTERNAL = frozenset(k for k in nn.Cell().__dict__ if k != "training")
@@ -106,6 +110,19 @@ _CELL_INTERNAL = frozenset(k for k in nn.Cell().__dict__ if k != "training")
 
 class _Unsupported(Exception):
     pass
+
+
+_DTYPE_STR: list = []  # [(MindSpore dtype object, its str)]: dtypes are singletons; str() costs ~2 us
+
+
+def _dtype_str(dt) -> str:
+    for o, name in _DTYPE_STR:
+        if o is dt:
+            return name
+    name = str(dt)
+    if len(_DTYPE_STR) < 32:
+        _DTYPE_STR.append((dt, name))  # (held here: the identity stays this object's)
+    return name
 
 
 def _arg_spec(obj, flat: list):
@@ -119,7 +136,7 @@ def _arg_spec(obj, flat: list):
         return (t.__name__, tuple(_arg_spec(x, flat) for x in obj))
     if isinstance(obj, Tensor):
         flat.append(obj)
-        return ("T", str(obj.dtype), tuple(obj.shape))
+        return ("T", _dtype_str(obj.dtype), tuple(obj.shape))
     raise _Unsupported(f"argument of type {t.__name__}")
 
 
@@ -165,6 +182,9 @@ _UNTRACKED = object()
 _IS_TENSOR: dict = {}  # type -> whether it is a Tensor class (isinstance through Tensor's ABCMeta is slow)
 _BINDINGS = frozenset(("_params", "_cells", "_tensor_list", "_params_list"))  # MindSpore's name -> object maps
 from collections import OrderedDict as _OrderedDict  # noqa: E402
+
+_PLAIN_TYPES = frozenset(_PLAIN)
+_MAPS = (dict, _OrderedDict)
 
 
 def _summary(k: str, v):
@@ -213,7 +233,19 @@ def _state_matches(cell, expect) -> bool:
         return _plain_state(cell) == state  # (an untracked attribute was added or removed)
     get = d.get
     for k, v in state:
-        if _summary(k, get(k, _UNTRACKED)) != v:
+        x = get(k, _UNTRACKED)
+        t = type(x)
+        if t is type(v) and t in _PLAIN_TYPES:  # (a tracked plain attribute's summary is its value)
+            if x != v:
+                return False
+        elif t in _MAPS and k in _BINDINGS and k in _CELL_INTERNAL:
+            # (MindSpore's name -> object maps, as `_summary` keeps them: names and ids, in order)
+            if len(x) != len(v):
+                return False
+            for (name, o), (name0, i0) in zip(x.items(), v):
+                if name != name0 or id(o) != i0:
+                    return False
+        elif _summary(k, x) != v:
             return False
     return True
 
@@ -223,15 +255,30 @@ def _np_dtype(ty) -> np.dtype:
 
 
 class _Learned:
-    """One recorded call, made into a plan candidate."""
+    """One recorded call, made into a plan candidate (its plan built on demand: `make_plan`)."""
 
-    def __init__(self, key, plan, roles, out_spec, cells, seconds) -> None:
+    def __init__(self, key, build, roles, out_spec, cells, seconds) -> None:
         self.key = key  # what two recordings must share
-        self.plan = plan
+        self._build = build  # () -> RegionPlan (may raise NotReplayable)
+        self.plan = None
         self.roles = roles  # per plan input: ("arg", i) | ("param", Parameter) | ("held", tensor)
         self.out_spec = out_spec
         self.cells = cells  # [(cell, plain state)]
         self.seconds = seconds
+
+    def make_plan(self):
+        """The recording's RegionPlan, built once (`RegionPlan.build`: the pass pipeline, dead code,
+        binding); raises NotReplayable where the program cannot be planned."""
+        if self.plan is None:
+            t0 = time.perf_counter()
+            try:
+                self.plan = self._build()
+            finally:
+                dt = time.perf_counter() - t0
+                METRICS.region_learn_seconds += dt
+                METRICS.region_plan_seconds += dt
+            self._build = None
+        return self.plan
 
 
 class _Entry:
@@ -301,7 +348,8 @@ def check_guards(guards: tuple) -> str | None:
     for g in guards:
         k, o = g.kind, g.obj
         if k == "storage":
-            ok = (o._data_ptr(), tuple(o.shape), str(o.dtype)) == g.value
+            ptr, shape, dt = g.value
+            ok = o._data_ptr() == ptr and tuple(o.shape) == shape and _dtype_str(o.dtype) == dt
         elif k == "training":
             ok = o.training == g.value
         else:
@@ -332,6 +380,7 @@ class _OptState:
         self.ret = None
         self.ptrs = None
         self.views = None
+        self.fused = None  # optim.FusedStep over `views`, where the rule has one
 
     def why_not(self) -> str | None:
         from mindspore import nn, float32
@@ -387,7 +436,8 @@ class _OptState:
         if grads is None or len(grads) != len(self.opt._parameters):
             return "optimizer arguments"
         for g, p in zip(grads, self.opt._parameters):
-            if not isinstance(g, Tensor) or tuple(g.shape) != tuple(p.shape) or g.dtype != p.dtype:
+            if not isinstance(g, Tensor) or tuple(g.shape) != tuple(p.shape) or \
+                    _dtype_str(g.dtype) != _dtype_str(p.dtype):
                 return "optimizer arguments"
         if not learning:
             for t, ptr in self.ptrs:
@@ -395,7 +445,26 @@ class _OptState:
                     return "parameter storage"
         return None
 
-    def _rule(self, v: dict, grads: list) -> None:
+    def _fused(self, v: dict):
+        """`optim.FusedStep` over the arrays of `v` (Adam; SGD, used at steps without momentum), or
+        None (another rule, no compiler, arrays it cannot take)."""
+        from mindspore import nn
+
+        from ms_dynvm.jit import optim
+
+        t = type(self.opt)
+        try:
+            if t is nn.Adam:
+                return optim.FusedStep("adam", v["params"], v["m1"], v["m2"])
+            if t is nn.SGD and not self.opt.nesterov:
+                return optim.FusedStep("sgd", v["params"])
+        except (RuntimeError, ValueError):
+            pass
+        return None
+
+    def _rule(self, v: dict, grads: list, fused=None, gptrs=None) -> None:
+        """One step of the rule on the arrays of `v`; through `fused` (made by `_fused` for `v`) where
+        given, on the gradients at addresses `gptrs` (float32, C-contiguous, the parameters' sizes)."""
         from mindspore import nn
 
         from ms_dynvm.jit import optim
@@ -403,25 +472,42 @@ class _OptState:
         opt = self.opt
         t = type(opt)
         lr = float(v["lr"][0])
+        if fused is not None and gptrs is None:
+            gptrs = [a.ctypes.data for a in grads()]
         if t is nn.SGD:
-            optim.sgd(v["params"], grads, v["accum"], v["stat"], lr, float(v["momentum"][0]), opt.dampening,
-                      opt.nesterov)
+            mom = float(v["momentum"][0])
+            if fused is not None and not mom > 0.0:  # (the rule's own branch: the step is the gradient)
+                fused(gptrs, lr)
+            else:
+                optim.sgd(v["params"], grads(), v["accum"], v["stat"], lr, mom, opt.dampening, opt.nesterov)
         elif t is nn.Momentum:
-            optim.momentum(v["params"], grads, v["moments"], lr, float(v["momentum"][0]), opt.use_nesterov)
+            optim.momentum(v["params"], grads(), v["moments"], lr, float(v["momentum"][0]), opt.use_nesterov)
         else:
             b1, b2, eps = self.consts
             v["b1p"][0][...] = v["b1p"][0] * np.float32(b1)
             v["b2p"][0][...] = v["b2p"][0] * np.float32(b2)
-            optim.adam(v["params"], grads, v["m1"], v["m2"], lr, b1, b2, eps,
-                       float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
+            if fused is not None:
+                fused(gptrs, lr, b1, b2, eps, float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
+            else:
+                optim.adam(v["params"], grads(), v["m1"], v["m2"], lr, b1, b2, eps,
+                           float(v["b1p"][0]), float(v["b2p"][0]), opt.use_nesterov)
         v["step"][0] += 1
 
     def step(self, grads) -> None:
-        self._rule(self.views, [_view(g, np.dtype(np.float32), s) for g, s in zip(grads, self.shapes)])
+        """The step on the gradient tensors `grads` (checked by `guard`)."""
+        shapes = self.shapes
+        if self.fused is not None and all(_is_contiguous(g) for g in grads):
+            # (the gradients' memory by address: no NumPy view made)
+            self._rule(self.views, lambda: [_view(g, _F32, s) for g, s in zip(grads, shapes)], self.fused,
+                       [g._data_ptr() or 0 for g in grads])
+            return
+        arrs = [_view(g, _F32, s) for g, s in zip(grads, shapes)]
+        self._rule(self.views, lambda: arrs, self.fused, None)
 
     def step_arrays(self, grads: list) -> None:
         """The step on gradients that are NumPy arrays already (a replayed train-step region)."""
-        self._rule(self.views, grads)
+        arrs = [g if g.dtype == _F32 and g.flags.c_contiguous else np.ascontiguousarray(g, _F32) for g in grads]
+        self._rule(self.views, lambda: arrs, self.fused, None)
         self.replays += 1
 
     def learn(self, grads, run):
@@ -432,7 +518,9 @@ class _OptState:
         out = run()
         self.eager_s = time.perf_counter() - t0
         try:
-            self._rule(before, g)
+            # The rule is checked as it will run: fused where replays will be (`_fused`).
+            self.fused = self._fused(self.views)
+            self._rule(before, lambda: g, self._fused(before) if self.fused is not None else None, None)
             ok = all(np.allclose(b, a, rtol=1e-5, atol=1e-7)
                      for k in self.views for b, a in zip(before[k], self.views[k]))
             if type(out) not in (bool, tuple) or (type(out) is tuple and any(type(x) is not bool for x in out)):
@@ -710,10 +798,10 @@ class Regions:
                 return out
             entry.learned.append(lr)
             if fam in region.families or len(entry.learned) >= LEARN_CALLS:
-                region.families[fam] = True
-                entry.install(lr)
-                entry.learned = []
-                METRICS.region_compiles += 1
+                why = self._install(entry, lr)
+                if why is None and fam not in region.families:
+                    region.families[fam] = True
+                    self._install_pending(region, fam)
         if why == "graph-mode call inside" and entry.retries < _GRAPH_RETRIES:
             # An optimizer step inside whose rule is not checked yet ran as MindSpore's graph: the
             # next call runs eagerly (the optimizer learns its rule there), then learning resumes.
@@ -726,6 +814,36 @@ class Regions:
             entry.reason = why
             METRICS.regions_not_replayable[why] += 1
         return out
+
+    @staticmethod
+    def _install(entry: _Entry, lr: _Learned) -> str | None:
+        """Plan `lr` and install it for `entry`; the reason where it cannot be planned."""
+        try:
+            lr.make_plan()
+        except NotReplayable as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: eager, counted
+            METRICS.record_errors[f"region: {type(e).__name__}: {e}"] += 1
+            return f"error ({type(e).__name__})"
+        entry.install(lr)
+        entry.learned = []
+        METRICS.region_compiles += 1
+        return None
+
+    def _install_pending(self, region: Region, fam) -> None:
+        """A family just established: the region's other signatures that hold one recording of it
+        (made while the family was not established yet) are installed now, as a further size of an
+        established family is after its one recording; their next call replays instead of being
+        recorded again."""
+        for e in region.entries.values():
+            if e.state != "learn" or e.skip or not e.learned or _family(e.learned[-1].key) != fam:
+                continue
+            why = self._install(e, e.learned[-1])
+            if why is not None:
+                e.learned = []
+                e.state = "eager"
+                e.reason = why
+                METRICS.regions_not_replayable[why] += 1
 
     def _reverify(self, region: Region, entry: _Entry, run, flat: list):
         METRICS.region_reverifications += 1
@@ -854,6 +972,7 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         explainer.cache = cache
     for k, inp in enumerate(prog.inputs):  # (the inputs' values as the program read them)
         explainer._arrays[inp.reg] = rec._snaps[k]
+    explainer.inputs = [inp.reg for inp in prog.inputs if first_use.get(inp.reg) == "fwd"]
     # Inputs: arguments, parameters, held tensors; backward-phase unknowns explained.
     arg_of = {}
     for i, t in enumerate(flat):
@@ -940,17 +1059,27 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
         keep = Recording()
         keep._calls = rec._calls
         handler = keep.call_handler
-    plan = RegionPlan.build(prog, in_regs, out_regs, extra, call_handler=handler)
-    plan.n_out = n_out
-    plan.opt_steps = steps
-    plan.in_dts = [str(_np_dtype(types[r])) for r in in_regs]
-    plan.in_shapes = [tuple(types[r].shape) for r in in_regs]
-    if any(not all(type(d) is int for d in s) for s in plan.in_shapes):
+    in_dts = [str(_np_dtype(types[r])) for r in in_regs]
+    in_shapes = [tuple(types[r].shape) for r in in_regs]
+    if any(not all(type(d) is int for d in s) for s in in_shapes):
         raise NotReplayable("symbolic input shape")
     key = (prog.as_text(), tuple(repr(e) for g in extra for e in g), tuple(
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
         tuple(out_regs), repr(out_spec), tuple(consts), tuple((id(st), k, n) for st, k, n in steps))
-    lr = _Learned(key, plan, roles, out_spec, cells, seconds)
+
+    def build():
+        plan = RegionPlan.build(prog, in_regs, out_regs, extra, call_handler=handler)
+        plan.n_out = n_out
+        plan.opt_steps = steps
+        plan.in_dts = in_dts
+        plan.in_shapes = in_shapes
+        return plan
+
+    # The plan is built only where the recording is installed (`_Learned.make_plan`): a recording
+    # that only has to agree with another one (a first size's first recording, a re-verification)
+    # needs its key alone. (The key is made before any plan: building one adds the pipeline's
+    # registers to `prog.types`.)
+    lr = _Learned(key, build, roles, out_spec, cells, seconds)
     # Constants a recording cannot tell from data: the backward rules' `fill`s (a gradient that
     # happened to be constant in this recording, or a constant MindSpore's backward made). Two
     # recordings with the same argument values agree on them whatever they are (see
@@ -1011,6 +1140,9 @@ class _Explainer:
         self.only = None  # a hint's registers (see `explain`)
         self.cache: dict = {}
         self.def_idx = {r: i for i, ins in enumerate(prog.instrs()) for r in ins.outs}
+        self.inputs: list = []  # the program's inputs first read in the forward phase (`_ge0`)
+        self.filled: dict = {}  # register -> the constant an accepted `fill` rule gives it
+        self._defs = None
 
     def _value(self, r: int):
         a = self._arrays.get(r)
@@ -1051,21 +1183,56 @@ class _Explainer:
             finally:
                 self.only = None
             if found is not None:
-                return self._finish(found, reg)
+                return self._note(self._finish(found, reg))
         for rule in (self._leading_sum, self._softmax, self._layer_norm, self._getitem, self._scatter_rows,
                      self._rows, self._ge0, self._constant):
             found = rule(value)
             if found is not None:
                 if key is not None:
                     self.cache[key] = (rule.__name__, self._reads(found))
-                return self._finish(found, reg)
+                return self._note(self._finish(found, reg))
         raise NotReplayable(f"unexplained backward tensor {list(value.shape)}")
+
+    def _const(self, r: int):
+        """The value of register `r` where it is a constant: a `fill` of the program or an input a
+        `fill` rule explained; else None."""
+        c = self.filled.get(r)
+        if c is None:
+            d = self._def_ins().get(r)
+            c = d.attrs.get("value") if d is not None and d.op == "fill" else None
+        return c if type(c) in (int, float, bool) else None
+
+    def _nonneg(self, r: int) -> bool:
+        """Register `r` is >= 0 whatever the data: a constant >= 0, or `maximum(x, c)` of a constant
+        c >= 0 (an immediate or a constant register)."""
+        c = self._const(r)
+        if c is not None:
+            return c >= 0
+        ins = self._def_ins().get(r)
+        if ins is None or ins.op != "maximum":
+            return False
+        for a in ins.args:
+            c = self._const(int(a)) if isinstance(a, Reg) else a if type(a) in (int, float) else None
+            if c is not None and c >= 0:
+                return True
+        return False
+
+    def _def_ins(self) -> dict:
+        if self._defs is None:
+            self._defs = {r: ins for ins in self.prog.instrs() for r in ins.outs}
+        return self._defs
 
     @staticmethod
     def _finish(instrs: list, reg) -> list:
         if reg is not None:  # the last instruction writes the input's own register
             last = instrs[-1]
             instrs[-1] = Instr(last.op, last.args, last.attrs, (reg,))
+        return instrs
+
+    def _note(self, instrs: list) -> list:
+        """Remember the registers an explanation fills with a constant (`_nonneg` reads them)."""
+        if len(instrs) == 1 and instrs[0].op == "fill":
+            self.filled[instrs[0].outs[0]] = instrs[0].attrs.get("value")
         return instrs
 
     def _reads(self, instrs: list) -> frozenset:
@@ -1097,6 +1264,8 @@ class _Explainer:
             return float("inf")
         if value.dtype.kind in "biu":
             return 0.0 if np.array_equal(got, value) else float("inf")
+        if got.dtype == value.dtype and np.array_equal(got, value):  # (one pass; NaNs take the full path)
+            return 0.0
         with np.errstate(all="ignore"):
             g, v = got.astype(np.float64), value.astype(np.float64)
             same = (g == v) | (np.isnan(g) & np.isnan(v))
@@ -1352,20 +1521,61 @@ class _Explainer:
                     and types[r].dtype in ("i32", "i64")]
         rows = [q for q, ph in defined.items() if ph == "bwd" and types[q].dtype == dt
                 and len(types[q].shape) == value.ndim and tuple(types[q].shape[1:]) == tuple(value.shape[1:])]
+        scale = None
         for r in reversed(rows):
             for i in reversed(idx_regs):
+                # (a candidate whose first row already differs is dropped before it is run: the same
+                # criterion as `_err`, on one row, so only candidates `_run` would reject are)
+                rv, iv = self._value(r), self._value(i)
+                if rv is not None and iv is not None and iv.size and rv.ndim == value.ndim:
+                    j = int(iv.reshape(-1)[0])
+                    if 0 <= j < rv.shape[0]:
+                        if scale is None:
+                            with np.errstate(all="ignore"):
+                                scale = 1e-6 * (1.0 + float(np.max(np.abs(value.astype(np.float64)), initial=0.0)))
+                        if not self._row_close(rv[j], value[0], scale):
+                            continue
                 out = self._new(dt, value.shape)
                 cand = [Instr("gather", (Reg(r), Reg(i)), {"axis": 0, "batch_dims": 0}, (out,))]
                 if self._run(cand, value) <= 1.0:
                     return cand
         return None
 
+    @staticmethod
+    def _row_close(got, want, scale: float) -> bool:
+        """`_err(got, want) <= 1` for one row of a tensor whose largest magnitude gave `scale`."""
+        with np.errstate(all="ignore"):
+            g, v = np.asarray(got, np.float64), np.asarray(want, np.float64)
+            same = (g == v) | (np.isnan(g) & np.isnan(v))
+            return bool((same | (np.abs(g - v) <= scale + 1e-4 * np.abs(v))).all())
+
     def _ge0(self, value):
+        """`ids >= 0` (UnsortedSegmentSum's backward masks the rows of negative ids) over an integer
+        register or a forward input of the program. Recorded masks are mostly all True (no negative
+        id), which any non-negative register of the shape reproduces, so the ids themselves are tried
+        first: the segment ids of a forward `unsorted_segment_sum`, and what the backward clamps with
+        `maximum(ids, 0)`. A register that is >= 0 whatever the data (`_nonneg`: that clamp) is passed
+        over: its mask is constant, equal to the recorded one only while no id was negative."""
         if value.dtype != np.bool_:
             return None
         types = self.prog.types
-        for r in sorted(self._defined(), reverse=True):
+        fwd_in = [r for r in self.inputs if self.only is None or r in self.only]
+        rest = sorted(self._defined(), reverse=True) + sorted(fwd_in, reverse=True)
+        allowed = set(rest)
+        ids = []
+        for ins in self.prog.instrs():
+            srcs = ()
+            if ins.op == "unsorted_segment_sum" and len(ins.args) > 1:
+                srcs = ins.args[1:2]
+            elif ins.op == "maximum" and self._nonneg(ins.outs[0]):
+                srcs = ins.args  # (the clamp's constant is no candidate: not an allowed register)
+            for a in srcs:
+                if isinstance(a, Reg) and int(a) in allowed and int(a) not in ids:
+                    ids.append(int(a))
+        for r in ids + [r for r in rest if r not in ids]:
             if tuple(types[r].shape) == value.shape and types[r].dtype in ("i32", "i64"):
+                if self._nonneg(r):
+                    continue
                 out = self._new("bool", value.shape)
                 cand = [Instr("ge", (Reg(r), 0), {}, (out,))]
                 if self._run(cand, value) <= 1.0:

@@ -192,3 +192,24 @@ def test_bias_add_writes_into_a_dead_product():
               rng.standard_normal(3).astype(np.float32)]
     np.testing.assert_allclose(plan.run(arrays)[0], arrays[0] @ arrays[1].T + arrays[2], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(arrays[2], arrays[2].copy())  # (the bias, an input, untouched)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_relu_and_its_gradient_fast_paths_give_the_masked_selects_bits(dt):
+    """`_relu` (fmax) and `_relu_grad` (a bit mask) equal np.where(x > 0, ., +0.0) bit for bit:
+    nan, +-inf, -0.0 included, any length (vector loops and their tails), non-contiguous dy."""
+    from ms_dynvm.jit import replay as rp
+
+    rng = np.random.default_rng(0)
+    u = np.dtype(f"u{np.dtype(dt).itemsize}")
+    zero = np.zeros((), dt)
+    for n in (1, 7, 33, 1000):
+        x = rng.standard_normal(n).astype(dt)
+        x[::5], x[1::7], x[2::11], x[3::13], x[4::9] = -0.0, np.nan, np.inf, -np.inf, 0.0
+        dy = rng.standard_normal(n).astype(dt)
+        dy[::3], dy[1::4], dy[2::6] = np.nan, -0.0, np.inf
+        assert (rp._relu([x], {}).view(u) == np.where(x > 0, x, zero).view(u)).all()
+        assert (rp._relu_grad([dy, x], {}).view(u) == np.where(x > 0, dy, zero).view(u)).all()
+    y = rng.standard_normal((6, 8)).astype(dt)
+    d = rng.standard_normal((8, 6)).astype(dt).T
+    assert (rp._relu_grad([d, y], {}).view(u) == np.where(y > 0, d, zero).view(u)).all()
