@@ -74,6 +74,10 @@ def _build(op, attrs, in_dtypes, out_dtype, imms):
     def run(arrays):
         shape = arrays[0].shape
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        n = flat[0].shape[0]
+        if n < 2:  # (a symbol never stands for 0 or 1: pad to two elements)
+            flat = [np.concatenate([f, np.zeros(2 - n, f.dtype)]) for f in flat]
+            return kern(flat)[0][:n].reshape(shape)
         return kern(flat)[0].reshape(shape)
 
     return run

@@ -27,6 +27,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.jit import builtins as _builtins
+from ms_dynvm.jit import fusion as _fusion
 from ms_dynvm.jit import gemm as _gemm
 from ms_dynvm.jit import kernels as _kernels
 from ms_dynvm.runtime import interpreter as _interp
@@ -305,10 +306,14 @@ class RegionPlan:
         self.consts = consts
         self.nregs = nregs
         self.out_dts = [dtypes.to_numpy(types[r].dtype) for r in out_regs]
+        self._types = types
         self.n_out = len(out_regs)  # (the caller's outputs; registers past them it uses itself)
         self.opt_steps: list = []  # set by frontend/regions.py: optimizer steps run after the program
         self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values())
         self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values())
+        self.unfused_steps = steps
+        self._fuse = None  # (keep, types): fusion not started; a Future while compiling; None: done
+        self.fused: list = []  # the fused groups swapped in: (first step, end step, op names)
 
     def describe(self) -> dict:
         """How the steps run: op -> how many run by a NumPy fast path, a compiled kernel, the
@@ -316,19 +321,23 @@ class RegionPlan:
         out: dict = {}
         fast = set(_FAST.values()) | set(_INPLACE.values())
         for s in self.steps:
-            how = "numpy" if s.fn in fast else "kernel" if s.fn.__name__.startswith("kernel[") else "interpreter"
+            name = s.fn.__name__
+            how = "numpy" if s.fn in fast else "kernel" if name.startswith("kernel[") else \
+                "fused" if name.startswith("fused[") else "interpreter"
             d = out.setdefault(s.op, {})
             d[how] = d.get(how, 0) + 1
         return out
 
     @classmethod
     def build(cls, program, inputs: list, outputs: list, extra: list = (), optimize: bool = True,
-              call_handler=None) -> "RegionPlan":
+              call_handler=None, fuse: bool | None = None) -> "RegionPlan":
         """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
         returned; `extra`: groups (lists) of Instr objects to splice in, each group contiguously
         (their result types in `program.types`); `call_handler(instr, arrays) -> arrays` runs the
         program's opaque `call`s (ops the VM does not model: one MindSpore dispatch each), else a
-        program holding one is not plannable."""
+        program holding one is not plannable. `fuse`: whether chains of elementwise steps are
+        compiled into fused kernels in the background from the first run (`jit/fusion.py`; default:
+        unless the environment sets DYNVM_REPLAY_FUSE=0)."""
         types = program.types
         instrs = list(program.instrs())
         for ins in instrs:
@@ -410,9 +419,76 @@ class RegionPlan:
             steps.append(_Step(ins.op, fn, args, mask, attrs, tuple(ins.outs), dts))
         consts = {int(r): _interp._to_declared(c, types[r]) for r, c in program.consts.items()}
         nregs = 1 + max([int(r) for r in have] + [0])
-        return cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
+        plan = cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
+        if _fusion.ENABLED if fuse is None else fuse:
+            plan._types = dict(types)
+            plan._fuse = (keep, plan._types)
+        return plan
+
+    # --- fused kernels (jit/fusion.py) -------------------------------------------------------------
+    def _fuse_job(self, keep, types):
+        """[(candidate, kernel or the exception)] for the plan's fusible groups (any thread)."""
+        done = []
+        for cand in _fusion.candidates(keep, types, self.out_regs):
+            try:
+                done.append((cand, _fusion.compile_candidate(cand.fn)))
+            except Exception as e:  # noqa: BLE001 - a group that cannot be built stays unfused
+                done.append((cand, e))
+        return done
+
+    def _fuse_poll(self) -> None:
+        f = self._fuse
+        if type(f) is tuple:  # first run: start compiling
+            from ms_dynvm.jit.compile import compile_pool
+
+            self._fuse = compile_pool().submit(self._fuse_job, *f)
+            return
+        if f.done():
+            self._fuse = None
+            try:
+                done = f.result()
+            except Exception as e:  # noqa: BLE001 - fusion is an optimisation: keep the plan unfused
+                _fusion.warn_failed(e)
+                return
+            self._install_fused(done)
+
+    def fuse_now(self) -> "RegionPlan":
+        """Compile and swap in the fused kernels now, in the caller (tests, benchmarks)."""
+        f = self._fuse
+        if f is None:
+            return self
+        self._fuse = None
+        self._install_fused(f.result() if type(f) is not tuple else self._fuse_job(*f))
+        return self
+
+    def _install_fused(self, done) -> None:
+        types = self._types
+        by_lo = {}
+        for cand, k in done:
+            if isinstance(k, Exception):
+                _fusion.warn_failed(k)
+                continue
+            fn = _fusion.fused_step_fn(k, cand, types)
+            dts = tuple(dtypes.to_numpy(types[r].dtype) for r in cand.outs)
+            by_lo[cand.lo] = (cand.hi, _Step("fused", fn, tuple(cand.params), (True,) * len(cand.params), {},
+                                             tuple(cand.outs), dts))
+        if not by_lo:
+            return
+        steps, i, base = [], 0, self.unfused_steps
+        while i < len(base):
+            if i in by_lo:
+                hi, st = by_lo[i]
+                steps.append(st)
+                self.fused.append((i, hi, [s.op for s in base[i:hi]]))
+                i = hi
+            else:
+                steps.append(base[i])
+                i += 1
+        self.steps = steps
 
     def run(self, arrays: list) -> list:
+        if self._fuse is not None:
+            self._fuse_poll()
         vals = [None] * self.nregs
         for r, a in zip(self.in_regs, arrays):
             vals[r] = a

@@ -1,0 +1,246 @@
+"""Fused elementwise kernels for region plans (tier 2): chains of a plan's elementwise steps run as
+ONE compiled C kernel step, so their intermediates are never materialised as NumPy arrays.
+
+Which steps: the plan's kept instructions are cut into maximal runs of ops whose fused result is
+bit-identical to the unfused plan's (`FUSE_OPS`: IEEE arithmetic, the comparisons and selects, the
+views, erf through the C library, and the elementwise ops the plan already runs as kernels of the
+same backend, `kernels.SLOW_ELEMENTWISE`); each run is partitioned by tier 1's fusion rule
+(`passes.fuse.fuse`, which asks `passes.fuse.fusible` per op) and every 'elementwise' group of two
+or more computing ops (or one slow op and something around it) becomes a candidate. NumPy's exp,
+log, tanh and its reductions (softmax, layer norm) differ from the C backend's eager formulas in
+the last bits, so groups holding them are not fused here: the plan stays bit-identical.
+
+How: the group's Function is generalised over its param dims (one symbol per distinct recorded size
+other than 0 and 1, named in order of appearance: a plan at (8, 64) and one at (4, 32) share one
+kernel; `passes.shapes.generalize`, static where a rule cannot express it), lowered by the C
+backend (`codegen.spec.lower`), its `erf` rewritten to the C library's `erff` (MindSpore's CPU Erf:
+bit-equal to eager and to the unfused plan's flat erf kernel; ms_dynvm's vectorised erf is 1 ulp off
+on some inputs, which the erf-form GELU's `1 + erf` shows), rendered without `strict_ieee` (so the
+outer loop runs on OpenMP threads above `codegen.c.OMP_THRESHOLD` elements: erff is scalar and the
+slowest part of the attention block; an elementwise loop gives the same bits on any number of
+threads, and products are rounded apart from later additions, `dvm_keepf`) and built through the
+kernel cache (memory, disk, GCC). Groups holding erfc or another C-library op keep `strict_ieee`.
+
+When: compiles run on the background compile thread (`jit.compile.compile_pool`; GCC is a
+subprocess) from the plan's first run; the plan runs its unfused steps until a kernel is ready and
+swaps the fused step in at the start of a later run (`RegionPlan.run`). A compile that fails (no
+compiler, an unsupported group) leaves the unfused steps, with one warning per process.
+This module imports no MindSpore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+
+from ms_dynvm import dtypes
+from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.jit import kernels as _kernels
+
+# Ops a fused kernel computes exactly as the unfused plan does (IEEE-exact arithmetic, selects,
+# moves; erf via erff; the slow elementwise ops the plan already runs on the same C backend).
+ARITH = frozenset(("add", "sub", "mul", "div", "neg", "abs", "sqrt", "square", "maximum", "minimum", "relu",
+                   "relu_grad", "bias_add", "where", "cast", "greater", "less", "greater_equal", "less_equal",
+                   "equal", "not_equal", "logical_and", "logical_or", "logical_not", "masked_fill", "fill"))
+VIEWS = frozenset(("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "contiguous"))
+FUSE_OPS = ARITH | VIEWS | _kernels.SLOW_ELEMENTWISE
+# Ops that do work in a kernel (a group of views only is a copy: not worth a step)
+_WORK = ARITH | _kernels.SLOW_ELEMENTWISE
+_FLOATS = ("f32", "f64")
+ENABLED = os.environ.get("DYNVM_REPLAY_FUSE", "1") != "0"
+
+
+class Candidate(NamedTuple):
+    """Steps [lo, hi) of a plan as one kernel: its Function (registers of the plan), the params it
+    reads and the outputs it writes (plan registers)."""
+
+    lo: int
+    hi: int
+    fn: object
+    params: tuple
+    outs: tuple
+
+
+def candidates(keep: list, types: dict, out_regs) -> list:
+    """The fusible groups of a plan's instruction list `keep` (see the module docstring)."""
+    from ms_dynvm.ir.function import Function
+    from ms_dynvm.passes.fuse import fuse
+
+    last_use: dict = {}
+    for i, ins in enumerate(keep):
+        for a in ins.args:
+            if isinstance(a, Reg):
+                last_use[int(a)] = i
+    outs_set = set(int(r) for r in out_regs)
+    found = []
+    i, n = 0, len(keep)
+    while i < n:
+        if not _ok(keep[i], types):
+            i += 1
+            continue
+        j = i
+        while j < n and _ok(keep[j], types):
+            j += 1
+        # run [i, j): its own Function; registers read later (or plan outputs) are its outputs
+        body = keep[i:j]
+        defined, params = set(), []
+        for ins in body:
+            for a in ins.args:
+                if isinstance(a, Reg) and int(a) not in defined and int(a) not in params:
+                    params.append(int(a))
+            defined.update(ins.outs)
+        fouts = [r for ins in body for r in ins.outs if r in outs_set or last_use.get(r, -1) >= j]
+        if fouts:
+            regs = set(params) | defined
+            fn = Function("region_run", params, list(body), fouts, {r: types[r] for r in regs})
+            try:
+                groups = fuse(fn)
+            except Exception:  # noqa: BLE001 - the rule refuses what it cannot partition: no fusion
+                groups = []
+            for g in groups:
+                ops = [fn.body[k].op for k in g.instrs]
+                work = [op for op in ops if op in _WORK]
+                if g.kind != "elementwise" or not work or (len(work) < 2 and not set(work) & _kernels.SLOW_ELEMENTWISE):
+                    continue
+                if len(work) < 2 and len(ops) < 2:
+                    continue  # one slow op alone: the plan's flat kernel serves it already
+                lo, hi = g.instrs[0], g.instrs[-1] + 1
+                # Leading views of the group's inputs stay NumPy views (steps before the kernel):
+                # their attributes hold the recorded sizes (a reshape's target), which would keep
+                # the kernel from serving other sizes.
+                while lo < hi and fn.body[lo].op in VIEWS:
+                    lo += 1
+                gf = _sub(fn, lo, hi, g.function.outputs, types)
+                found.append(Candidate(i + lo, i + hi, gf, tuple(gf.params), tuple(gf.outputs)))
+        i = j
+    return found
+
+
+def _sub(fn, lo: int, hi: int, outs, types):
+    """Instructions [lo, hi) of `fn` as a Function writing those of `outs` they define."""
+    from ms_dynvm.ir.function import Function
+
+    body = fn.body[lo:hi]
+    defined, params = set(), []
+    for ins in body:
+        for a in ins.args:
+            if isinstance(a, Reg) and int(a) not in defined and int(a) not in params:
+                params.append(int(a))
+        defined.update(ins.outs)
+    regs = set(params) | defined
+    return Function("region_group", params, list(body), [r for r in outs if r in defined],
+                    {r: types[r] for r in regs})
+
+
+def _ok(ins, types) -> bool:
+    if ins.op not in FUSE_OPS or len(ins.outs) != 1:
+        return False
+    for r in list(ins.outs) + [int(a) for a in ins.args if isinstance(a, Reg)]:
+        t = types[r]
+        if not all(type(d) is int for d in t.shape):
+            return False
+        if t.dtype not in _FLOATS and t.dtype not in ("bool", "i32", "i64"):
+            return False
+    return types[ins.outs[0]].dtype in _FLOATS or ins.op in VIEWS
+
+
+def _generalized(fn):
+    """`fn` over symbols: one per distinct param size other than 0 and 1 (see the docstring)."""
+    from ms_dynvm.passes.shapes import generalize
+
+    names: dict = {}
+    marks = {}
+    for p in fn.params:
+        for axis, d in enumerate(fn.types[p].shape):
+            if type(d) is int and d > 1:
+                marks[(p, axis)] = names.setdefault(d, f"d{len(names)}")
+    if not marks:
+        return fn
+    try:
+        return generalize(fn, marks)
+    except Exception:  # noqa: BLE001 - a rule that cannot express it: the static kernel
+        return fn
+
+
+def _libm_erf(spec):
+    """`spec` with its float32 erf computed by the C library's erff."""
+    for nest in spec.nests:
+        for step in nest.steps:
+            for name in ("body", "pre", "post"):
+                stmts = getattr(step, name)
+                for k, st in enumerate(stmts):
+                    ex = getattr(st, "expr", None)
+                    if getattr(ex, "fn", None) == "erf" and st.ctype == "f32":
+                        stmts[k] = replace(st, expr=replace(ex, fn="erf_libm"))
+    return spec
+
+
+def compile_candidate(fn):
+    """A `codegen.kernel.CompiledKernel` for group `fn` (raises where it cannot be built)."""
+    from ms_dynvm.codegen import c as c_backend
+    from ms_dynvm.codegen import gcc
+    from ms_dynvm.codegen.kernel import CompiledKernel, canonical_text
+    from ms_dynvm.codegen.spec import lower
+    from ms_dynvm.runtime.cache import default_cache, make_key
+    from ms_dynvm.version import __version__
+
+    fn = _generalized(fn)
+    ops = {ins.op for ins in fn.body}
+    strict = bool(ops & (_kernels.LIBM - {"erf"}))
+    spec = lower(fn, eager_math=True)
+    if not strict:
+        spec = _libm_erf(spec)
+    source = c_backend.render(spec, strict_ieee=strict, fast_math=False, eager_math=True)
+    flags = gcc.flags(strict_ieee=strict)
+    key = make_key({"ms_dynvm": __version__, "what": "tier2 fused group", "compiler": gcc.compiler_info(),
+                    "flags": flags, "arch": platform.machine(), "ir": canonical_text(fn),
+                    "source_sha256": hashlib.sha256(source.encode()).hexdigest()})
+    cache = default_cache()
+    lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
+    return CompiledKernel(spec, source, key, lib, fn)
+
+
+def fused_step_fn(kernel, cand: Candidate, types: dict):
+    """The step function `run(args, attrs)` of a compiled candidate: launches prepared once per
+    input layout (element strides), outputs fresh C-contiguous arrays."""
+    out_shapes = [tuple(types[r].shape) for r in cand.outs]
+    out_dts = [dtypes.to_numpy(types[r].dtype) for r in cand.outs]
+    in_shapes = [tuple(types[r].shape) for r in cand.params]
+    launches: dict = {}
+    single = len(out_shapes) == 1
+    empty = np.empty
+
+    def run(args, attrs):
+        key = tuple(a.strides for a in args)
+        go = launches.get(key)
+        if go is None:
+            go = launches[key] = kernel.prepare(in_shapes, [tuple(s // a.itemsize for s in a.strides) for a in args],
+                                                out_shapes)
+        outs = [empty(s, dt) for s, dt in zip(out_shapes, out_dts)]
+        go([a.ctypes.data for a in args] + [o.ctypes.data for o in outs])
+        return outs[0] if single else tuple(outs)
+
+    run.__name__ = "fused[" + ",".join(ins.op for ins in cand.fn.body) + "]"
+    return run
+
+
+def warn_failed(e: Exception) -> None:
+    """One warning per process for a fused kernel that could not be built."""
+    from ms_dynvm.codegen import gcc
+    from ms_dynvm.codegen.spec import CodegenError
+    from ms_dynvm.metrics import METRICS
+    from ms_dynvm.warn import warn_once
+
+    METRICS.fallbacks[f"tier2: fused group not compiled ({type(e).__name__})"] += 1
+    if isinstance(e, CodegenError) and not isinstance(e, gcc.CompilerUnavailable):
+        return  # a group the backend does not render (counted): no warning
+    if isinstance(e, gcc.CompilerUnavailable):
+        warn_once("no-compiler", f"ms_dynvm: no C compiler ({e}): replayed regions run unfused", stacklevel=3)
+    else:
+        warn_once("tier2-fuse", f"ms_dynvm: compiling a fused region kernel failed, running it unfused: {e}",
+                  stacklevel=3)

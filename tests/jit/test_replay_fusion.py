@@ -1,0 +1,137 @@
+"""jit/fusion.py: a plan's elementwise chains as one compiled kernel step, bit-identical to the
+unfused plan (no MindSpore needed)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from ms_dynvm.bytecode.program import Program
+from ms_dynvm.bytecode.types import TensorType
+from ms_dynvm.codegen import gcc
+from ms_dynvm.jit import fusion
+from ms_dynvm.jit.replay import RegionPlan
+
+
+def T(dt, *shape):
+    return TensorType(dt, tuple(shape))
+
+
+def _compiler() -> bool:
+    try:
+        gcc.compiler_info()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+needs_gcc = pytest.mark.skipif(not _compiler(), reason="no C compiler")
+
+
+def _block(b, s, h):
+    """The attention block's mask arithmetic and erf-form GELU around a matmul (a fusion boundary):
+    scores * 0.125 + (1 - m) * -1e4; gelu(x @ w) = y * (1 + erf(y / sqrt 2)) * 0.5."""
+    p = Program()
+    sc = p.add_input(T("f32", b, s, s))
+    m = p.add_input(T("f32", b, 1, s))
+    x = p.add_input(T("f32", b * s, h))
+    w = p.add_input(T("f32", h, h), "param", "w")
+    two = p.add_const(np.array(2.0, np.float32))
+    blk = p.new_block()
+    (a,) = p.emit(blk, "mul", (sc, 0.125), {}, [T("f32", b, s, s)])
+    (om,) = p.emit(blk, "sub", (1.0, m), {}, [T("f32", b, 1, s)])
+    (mm,) = p.emit(blk, "mul", (om, -10000.0), {}, [T("f32", b, 1, s)])
+    (sc2,) = p.emit(blk, "add", (a, mm), {}, [T("f32", b, s, s)])
+    (y,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", b * s, h)])
+    (y3,) = p.emit(blk, "reshape", (y,), {"shape": (b, s, h)}, [T("f32", b, s, h)])
+    (r2,) = p.emit(blk, "sqrt", (two,), {}, [T("f32")])
+    (d,) = p.emit(blk, "div", (y3, r2), {}, [T("f32", b, s, h)])
+    (e,) = p.emit(blk, "erf", (d,), {}, [T("f32", b, s, h)])
+    (e1,) = p.emit(blk, "add", (e, 1.0), {}, [T("f32", b, s, h)])
+    (g,) = p.emit(blk, "mul", (y3, e1), {}, [T("f32", b, s, h)])
+    (g2,) = p.emit(blk, "mul", (g, 0.5), {}, [T("f32", b, s, h)])
+    p.outputs = [int(sc2), int(g2)]
+    return p, [int(sc), int(m), int(x), int(w)]
+
+
+def _arrays(rng, b, s, h):
+    m = (rng.random((b, 1, s)) < 0.7).astype(np.float32)
+    # wide values: erf saturates, 1 + erf cancels for y < -5 (the case a 1-ulp erf would show)
+    return [rng.standard_normal((b, s, s)).astype(np.float32) * 30, m,
+            (rng.standard_normal((b * s, h)) * 4).astype(np.float32), rng.standard_normal((h, h)).astype(np.float32)]
+
+
+@needs_gcc
+@pytest.mark.parametrize("b,s,h", [(8, 64, 256), (3, 5, 7), (1, 1, 1), (2, 1, 9), (4, 3, 1), (0, 4, 3), (2, 0, 5)])
+def test_fused_plan_equals_the_unfused_plan_bit_for_bit(b, s, h):
+    p, ins = _block(b, s, h)
+    unfused = RegionPlan.build(p, ins, p.outputs, fuse=False)
+    p2, ins2 = _block(b, s, h)
+    fused = RegionPlan.build(p2, ins2, p2.outputs, fuse=True).fuse_now()
+    assert unfused.fused == []
+    rng = np.random.default_rng(b * 100 + s * 10 + h)
+    for _ in range(2):
+        arrays = _arrays(rng, b, s, h)
+        want = unfused.run(arrays)
+        got = fused.run(arrays)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+            assert not any(np.shares_memory(g, a) for a in arrays)
+    if b * s * h and b * s:
+        ops = [tuple(ops) for _, _, ops in fused.fused]
+        assert ("mul", "sub", "mul", "add") in ops  # the mask arithmetic: one step
+        assert any("erf" in o and "div" in o and o.count("mul") == 2 for o in ops)  # the GELU: one step
+        assert "fused" in fused.describe()["fused"]
+        assert len(fused.steps) < len(unfused.steps)
+
+
+@needs_gcc
+def test_one_kernel_serves_every_size_of_the_family():
+    keys = set()
+    for b, s, h in [(8, 64, 256), (4, 32, 256), (2, 16, 128)]:
+        p, ins = _block(b, s, h)
+        cands = fusion.candidates(list(p.instrs()), p.types, p.outputs)
+        assert len(cands) == 2
+        keys.add(tuple(fusion.compile_candidate(c.fn).key for c in cands))
+    assert len(keys) == 1
+
+
+@needs_gcc
+def test_fusion_runs_in_the_background_and_swaps_in():
+    p, ins = _block(4, 8, 16)
+    plan = RegionPlan.build(p, ins, p.outputs, fuse=True)
+    arrays = _arrays(np.random.default_rng(3), 4, 8, 16)
+    first = plan.run(arrays)  # unfused; the compile starts
+    n = len(plan.steps)
+    fut = plan._fuse
+    fut.result(timeout=120)
+    again = plan.run(arrays)  # swapped in at the start of this run
+    assert len(plan.steps) < n and plan._fuse is None
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_missing_compiler_leaves_the_plan_unfused_with_one_warning(monkeypatch):
+    from ms_dynvm import warn as _warn
+
+    def refuse(*a, **k):
+        raise gcc.CompilerUnavailable("test: no compiler")
+
+    monkeypatch.setattr(fusion, "compile_candidate", refuse)
+    monkeypatch.setattr(_warn, "_WARNED", set())
+    p, ins = _block(2, 4, 8)
+    plan = RegionPlan.build(p, ins, p.outputs, fuse=True)
+    arrays = _arrays(np.random.default_rng(4), 2, 4, 8)
+    want = RegionPlan.build(*_block(2, 4, 8)[:1], ins, p.outputs, fuse=False).run(arrays)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        plan.fuse_now()
+        plan.fuse_now()
+        got = plan.run(arrays)
+    assert sum("no C compiler" in str(x.message) for x in w) == 1
+    assert plan.fused == []
+    for g, e in zip(got, want):
+        np.testing.assert_array_equal(g, e)
