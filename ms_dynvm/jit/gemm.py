@@ -48,6 +48,7 @@ def _load():
 
 
 _SGEMM = _load()
+_SGEMM_PTR = ctypes.cast(_SGEMM, ctypes.c_void_p).value if _SGEMM is not None else None
 BACKEND = "onednn" if _SGEMM is not None else "numpy"
 
 
@@ -85,18 +86,53 @@ def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False) -> 
     return c
 
 
+def _layout3(x: np.ndarray, trans: bool):
+    """(trans flag, leading dimension, batch stride, array) of a 3-D float32 operand whose 2-D
+    slices are all row- or all column-major with one batch stride (in elements); else a copy."""
+    st = x.strides
+    if st[2] == 4 and st[1] >= 4 * max(x.shape[2], 1) and st[1] % 4 == 0 and st[0] % 4 == 0:
+        return (b"T" if trans else b"N"), st[1] // 4, st[0] // 4, x
+    if st[1] == 4 and st[2] >= 4 * max(x.shape[1], 1) and st[2] % 4 == 0 and st[0] % 4 == 0:
+        return (b"N" if trans else b"T"), st[2] // 4, st[0] // 4, x
+    x = np.ascontiguousarray(x)
+    return (b"T" if trans else b"N"), x.shape[2], x.shape[1] * x.shape[2], x
+
+
 def _batched(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
-    """A batched product as one GEMM where `b` has no batch axes (x @ W), else one GEMM per batch."""
+    """A batched product as one GEMM where `b` has no batch axes (x @ W), else one GEMM per batch
+    (run by one C loop, `builtins.batched_sgemm`, where a compiler is found)."""
     if b.ndim == 2 and not ta and a.flags.c_contiguous:
         m = a.shape[-2]
         c = matmul(a.reshape(-1, a.shape[-1]), b, False, tb)
         return c.reshape(a.shape[:-2] + (m, c.shape[-1]))
     lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a3 = np.broadcast_to(a, lead + a.shape[-2:]).reshape((-1,) + a.shape[-2:])
-    b3 = np.broadcast_to(b, lead + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    nb = int(np.prod(lead, dtype=np.int64))
+    a3 = np.broadcast_to(a, lead + a.shape[-2:]).reshape((nb,) + a.shape[-2:])
+    b3 = np.broadcast_to(b, lead + b.shape[-2:]).reshape((nb,) + b.shape[-2:])
     m = a.shape[-1] if ta else a.shape[-2]
     n = b.shape[-2] if tb else b.shape[-1]
+    k = a.shape[-2] if ta else a.shape[-1]
+    if k != (b.shape[-1] if tb else b.shape[-2]):
+        raise ValueError(f"matmul: inner dimensions {k} and {b.shape[-1] if tb else b.shape[-2]} differ")
     c = np.empty((a3.shape[0], m, n), F32)
+    loop = _batch_loop()
+    if loop is not None and m and n and k and a3.shape[0]:
+        fa, lda, sa, a3 = _layout3(a3, ta)
+        fb, ldb, sb, b3 = _layout3(b3, tb)
+        loop(_SGEMM_PTR, fa, fb, a3.shape[0], m, n, k, a3.ctypes.data, lda, sa, b3.ctypes.data, ldb, sb,
+             c.ctypes.data, n, m * n)
+        return c.reshape(lead + (m, n))
     for i in range(a3.shape[0]):
         c[i] = matmul(a3[i], b3[i], ta, tb)
     return c.reshape(lead + (m, n))
+
+
+_LOOP: list = []
+
+
+def _batch_loop():
+    if not _LOOP:
+        from ms_dynvm.jit import builtins
+
+        _LOOP.append(builtins.batched_sgemm() if os.environ.get("DYNVM_GEMM_BATCH", "c") == "c" else None)
+    return _LOOP[0]

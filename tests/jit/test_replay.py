@@ -131,6 +131,29 @@ def test_gemm_matches_numpy(sa, sb, ta, tb):
     np.testing.assert_allclose(gemm.matmul(at, b, ta, tb), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("sa,sb,ta,tb", [((8, 64, 64), (8, 64, 64), False, True), ((3, 5, 7), (3, 7, 4), False, False),
+                                         ((4, 6, 5), (4, 7, 6), True, True), ((2, 1, 4, 5), (3, 5, 6), False, False),
+                                         ((1, 1, 1), (1, 1, 1), False, False), ((0, 3, 5), (0, 5, 2), False, False),
+                                         ((2, 0, 5), (2, 5, 3), False, False), ((2, 3, 0), (2, 0, 4), False, False)])
+def test_batched_gemm_c_loop_equals_one_gemm_per_batch(sa, sb, ta, tb, monkeypatch):
+    """The C batch loop (builtins.batched_sgemm) runs the same GEMM per batch as the Python loop:
+    the same bits, on contiguous, transposed (column-major) and broadcast (batch stride 0) operands."""
+    if gemm.BACKEND != "onednn" or builtins.batched_sgemm() is None:
+        pytest.skip("no oneDNN or no C compiler")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    bt = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)  # a transposed view
+    got = [gemm.matmul(a, b, ta, tb), gemm.matmul(a, bt, ta, tb)]
+    monkeypatch.setattr(gemm, "_LOOP", [None])  # the Python loop, one dnnl_sgemm per batch
+    wants = [gemm.matmul(a, b, ta, tb), gemm.matmul(a, bt, ta, tb)]
+    for g, want in zip(got, wants):
+        assert g.shape == want.shape
+        np.testing.assert_array_equal(g, want)
+    ref = np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_segment_sum_builtin_equals_the_interpreter():
     from ms_dynvm.runtime.interpreter import IMPLS
 
