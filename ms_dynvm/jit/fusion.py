@@ -205,15 +205,29 @@ def compile_candidate(fn):
     return CompiledKernel(spec, source, key, lib, fn)
 
 
-def fused_step_fn(kernel, cand: Candidate, types: dict):
+def fused_step_fn(kernel, cand: Candidate, types: dict, holders: dict | None = None):
     """The step function `run(args, attrs)` of a compiled candidate: launches prepared once per
-    input layout (element strides), outputs fresh C-contiguous arrays."""
+    input layout (element strides). Outputs: C-contiguous arrays; where the plan keeps step buffers
+    (`holders`: register -> holders, see `replay._fresh`), each output goes to the buffer of the
+    unfused step that computed its register (so in-place steps after it write there too), else to
+    a buffer of its own."""
+    from ms_dynvm.jit.replay import MAX_BUFFER_BYTES, _fresh
+
     out_shapes = [tuple(types[r].shape) for r in cand.outs]
     out_dts = [dtypes.to_numpy(types[r].dtype) for r in cand.outs]
     in_shapes = [tuple(types[r].shape) for r in cand.params]
     launches: dict = {}
     single = len(out_shapes) == 1
     empty = np.empty
+    hold = None
+    if holders is not None:
+        hold = []
+        for r, shp, dt in zip(cand.outs, out_shapes, out_dts):
+            hs = holders.get(r)
+            if hs is None and int(np.prod(shp, dtype=np.int64)) * dt.itemsize <= MAX_BUFFER_BYTES:
+                hs = holders[r] = ([None],)
+            hold.append(hs[-1] if hs else None)
+    specs = list(zip(out_shapes, out_dts, hold or [None] * len(out_shapes)))
 
     def run(args, attrs):
         key = tuple(a.strides for a in args)
@@ -221,7 +235,7 @@ def fused_step_fn(kernel, cand: Candidate, types: dict):
         if go is None:
             go = launches[key] = kernel.prepare(in_shapes, [tuple(s // a.itemsize for s in a.strides) for a in args],
                                                 out_shapes)
-        outs = [empty(s, dt) for s, dt in zip(out_shapes, out_dts)]
+        outs = [empty(s, dt) if h is None else _fresh(h, s, dt) for s, dt, h in specs]
         go([a.ctypes.data for a in args] + [o.ctypes.data for o in outs])
         return outs[0] if single else tuple(outs)
 

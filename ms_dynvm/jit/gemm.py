@@ -63,18 +63,20 @@ def _operand(x: np.ndarray, trans: bool):
     return (b"T" if trans else b"N"), x.shape[1], x
 
 
-def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False, out=None) -> np.ndarray:
     """op(a) @ op(b) for float32 arrays (op: transpose of the last two axes where asked); leading
-    (batch) axes broadcast as in np.matmul."""
+    (batch) axes broadcast as in np.matmul. `out`: a C-contiguous float32 array of the result's
+    shape to write into (a region plan's buffer; used where oneDNN runs the product), or None."""
     if _SGEMM is None or a.dtype != F32 or b.dtype != F32 or a.ndim < 2 or b.ndim < 2:
         return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
     if a.ndim > 2 or b.ndim > 2:
-        return _batched(a, b, ta, tb)
+        return _batched(a, b, ta, tb, out)
     m, k = (a.shape[1], a.shape[0]) if ta else a.shape
     k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
     if k != k2:
         raise ValueError(f"matmul: inner dimensions {k} and {k2} differ")
-    c = np.empty((m, n), F32)
+    c = out if out is not None and out.shape == (m, n) and out.dtype == F32 and out.flags.c_contiguous \
+        else np.empty((m, n), F32)
     if m == 0 or n == 0:
         return c
     if k == 0:
@@ -98,13 +100,16 @@ def _layout3(x: np.ndarray, trans: bool):
     return (b"T" if trans else b"N"), x.shape[2], x.shape[1] * x.shape[2], x
 
 
-def _batched(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
+def _batched(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool, out=None) -> np.ndarray:
     """A batched product as one GEMM where `b` has no batch axes (x @ W), else one GEMM per batch
     (run by one C loop, `builtins.batched_sgemm`, where a compiler is found)."""
     if b.ndim == 2 and not ta and a.flags.c_contiguous:
         m = a.shape[-2]
-        c = matmul(a.reshape(-1, a.shape[-1]), b, False, tb)
-        return c.reshape(a.shape[:-2] + (m, c.shape[-1]))
+        n = b.shape[0] if tb else b.shape[1]
+        o = out.reshape(-1, n) if out is not None and out.shape == a.shape[:-2] + (m, n) and \
+            out.dtype == F32 and out.flags.c_contiguous else None
+        c = matmul(a.reshape(-1, a.shape[-1]), b, False, tb, o)
+        return out if o is not None and c is o else c.reshape(a.shape[:-2] + (m, c.shape[-1]))
     lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     nb = int(np.prod(lead, dtype=np.int64))
     a3 = np.broadcast_to(a, lead + a.shape[-2:]).reshape((nb,) + a.shape[-2:])
@@ -114,17 +119,20 @@ def _batched(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
     k = a.shape[-2] if ta else a.shape[-1]
     if k != (b.shape[-1] if tb else b.shape[-2]):
         raise ValueError(f"matmul: inner dimensions {k} and {b.shape[-1] if tb else b.shape[-2]} differ")
-    c = np.empty((a3.shape[0], m, n), F32)
+    if out is not None and out.shape == lead + (m, n) and out.dtype == F32 and out.flags.c_contiguous:
+        c = out.reshape((nb, m, n))
+    else:
+        c, out = np.empty((nb, m, n), F32), None
     loop = _batch_loop()
     if loop is not None and m and n and k and a3.shape[0]:
         fa, lda, sa, a3 = _layout3(a3, ta)
         fb, ldb, sb, b3 = _layout3(b3, tb)
         loop(_SGEMM_PTR, fa, fb, a3.shape[0], m, n, k, a3.ctypes.data, lda, sa, b3.ctypes.data, ldb, sb,
              c.ctypes.data, n, m * n)
-        return c.reshape(lead + (m, n))
-    for i in range(a3.shape[0]):
-        c[i] = matmul(a3[i], b3[i], ta, tb)
-    return c.reshape(lead + (m, n))
+    else:
+        for i in range(a3.shape[0]):
+            c[i] = matmul(a3[i], b3[i], ta, tb)
+    return out if out is not None else c.reshape(lead + (m, n))
 
 
 _LOOP: list = []

@@ -127,6 +127,7 @@ def _binary(ufunc):
     def run(a, attrs):
         return ufunc(a[0], a[1])
     run.__name__ = ufunc.__name__
+    run.ufunc = ufunc
     return run
 
 
@@ -134,6 +135,7 @@ def _unary(ufunc):
     def run(a, attrs):
         return ufunc(a[0])
     run.__name__ = ufunc.__name__
+    run.ufunc = ufunc
     return run
 
 
@@ -169,6 +171,7 @@ def _inplace_binary(ufunc):
             return ufunc(x, a[1], out=x)
         return ufunc(x, a[1])
     run.__name__ = ufunc.__name__ + "_"
+    run.ufunc = ufunc
     return run
 
 
@@ -179,6 +182,7 @@ def _inplace_unary(ufunc):
             return ufunc(x, out=x)
         return ufunc(x)
     run.__name__ = ufunc.__name__ + "_"
+    run.ufunc = ufunc
     return run
 
 
@@ -199,6 +203,86 @@ _INPLACE = {
     "minimum": _inplace_binary(np.minimum), "neg": _inplace_unary(np.negative), "exp": _inplace_unary(np.exp),
     "sqrt": _inplace_unary(np.sqrt), "square": _inplace_unary(np.square), "abs": _inplace_unary(np.abs),
 }
+# --- step buffers kept across runs (`RegionPlan.build`, "Memory reuse") ---------------------------
+# A fresh NumPy array of a few hundred KiB is mmap'ed or taken from a trimmed heap top by glibc's
+# malloc: its first writes page-fault (the attention block at (8, 64) took ~1,300 minor faults per
+# replay, ~1.5 ms of ~5.5). A step that computes a temporary of static shape writes it into a buffer
+# the step keeps (its holder, a one-element list) from run to run. The buffer is reused only where
+# nothing but the holder refers to it (its reference count: a result handed out as a tensor, or a
+# view of it, holds it), else the step allocates a new one: results the caller holds never change.
+MAX_BUFFER_BYTES = 1 << 26  # per step; larger results are allocated per run
+MAX_PLAN_BUFFER_BYTES = 1 << 28  # per plan
+
+
+def _fresh(h, shape, dt):
+    buf = h[0]
+    if buf is None or sys.getrefcount(buf) > 3:  # (the holder, `buf`, getrefcount's argument)
+        buf = h[0] = np.empty(shape, dt)
+    return buf
+
+
+def _held(x, hs) -> bool:
+    """`x` is the buffer of one of holders `hs` and only the plan refers to it (see _reusable: +1
+    for the holder, +1 for this call)."""
+    return sys.getrefcount(x) <= _OWN_REFS + 2 and any(h[0] is x for h in hs)
+
+
+def _buffered(op, fn, h, shape, dt, hs):
+    """Step function `fn` writing into the buffer of holder `h`; `hs`: the holders whose buffer an
+    in-place step's first operand may be (it writes there where only the plan refers to it). None
+    where `fn` has no buffered form."""
+    uf = getattr(fn, "ufunc", None)
+    if fn is _matmul:
+        def run(a, attrs):
+            return _gemm.matmul(a[0], a[1], bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")),
+                                _fresh(h, shape, dt))
+    elif uf is not None and fn in _INPLACE_FNS:
+        if uf.nin == 2:
+            def run(a, attrs):
+                x = a[0]
+                if _reusable(x) or _held(x, hs):
+                    return uf(x, a[1], out=x)
+                return uf(x, a[1], out=_fresh(h, shape, dt))
+        else:
+            def run(a, attrs):
+                x = a[0]
+                if _reusable(x) or _held(x, hs):
+                    return uf(x, out=x)
+                return uf(x, out=_fresh(h, shape, dt))
+    elif uf is not None:
+        if uf.nin == 2:
+            def run(a, attrs):
+                return uf(a[0], a[1], out=_fresh(h, shape, dt))
+        else:
+            def run(a, attrs):
+                return uf(a[0], out=_fresh(h, shape, dt))
+    elif fn is _bias_add or fn is _bias_add_:
+        inplace = fn is _bias_add_
+
+        def run(a, attrs):
+            x, b = a[0], a[1]
+            axis = attrs.get("axis", 1) % x.ndim
+            bs = [1] * x.ndim
+            bs[axis] = b.shape[0]
+            if inplace and (_reusable(x) or _held(x, hs)):
+                return np.add(x, b.reshape(bs), out=x)
+            return np.add(x, b.reshape(bs), out=_fresh(h, shape, dt))
+    elif fn is _softmax:
+        def run(a, attrs):
+            x = a[0]
+            ax = _axis1(attrs)
+            e = np.subtract(x, np.max(x, axis=ax, keepdims=True), out=_fresh(h, shape, dt))
+            np.exp(e, out=e)
+            return np.divide(e, np.sum(e, axis=ax, keepdims=True), out=e)
+    else:
+        return None
+    run.__name__ = fn.__name__
+    run.how = "numpy"
+    run.inplace = fn in _INPLACE_FNS
+    return run
+
+
+_INPLACE_FNS = frozenset(_INPLACE.values())
 _FLOATS = frozenset(("f32", "f64"))
 # Ops the fast path may run on any dtype (they move or pick elements, no arithmetic).
 _ANY_DTYPE = frozenset(("reshape", "transpose", "tile"))
@@ -309,8 +393,10 @@ class RegionPlan:
         self._types = types
         self.n_out = len(out_regs)  # (the caller's outputs; registers past them it uses itself)
         self.opt_steps: list = []  # set by frontend/regions.py: optimizer steps run after the program
-        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values())
-        self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values())
+        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values()
+                          or getattr(s.fn, "how", "") == "numpy")
+        self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values() or getattr(s.fn, "inplace", False))
+        self.holders = None
         self.unfused_steps = steps
         self._fuse = None  # (keep, types): fusion not started; a Future while compiling; None: done
         self.fused: list = []  # the fused groups swapped in: (first step, end step, op names)
@@ -321,8 +407,8 @@ class RegionPlan:
         out: dict = {}
         fast = set(_FAST.values()) | set(_INPLACE.values())
         for s in self.steps:
-            name = s.fn.__name__
-            how = "numpy" if s.fn in fast else "kernel" if name.startswith("kernel[") else \
+            name = getattr(s.fn, "__name__", "")
+            how = "numpy" if s.fn in fast or getattr(s.fn, "how", "") == "numpy" else "kernel" if name.startswith("kernel[") else \
                 "fused" if name.startswith("fused[") else "interpreter"
             d = out.setdefault(s.op, {})
             d[how] = d.get(how, 0) + 1
@@ -398,6 +484,11 @@ class RegionPlan:
                     last[int(a)] = i
         ext = set(int(r) for r in inputs) | set(program.consts) | set(int(r) for r in outputs)
         steps = []
+        # Step buffers kept across runs (see `_fresh`); not in plans with opaque calls (MindSpore
+        # may hold on to what it is handed without a reference NumPy sees).
+        arena = not any(ins.op == "call" for ins in keep)
+        holders: dict = {}  # register -> the holders whose buffer may hold its value
+        arena_bytes = 0
         for i, ins in enumerate(keep):
             if ins.op == "call":
                 mask = tuple(isinstance(a, Reg) for a in ins.args)
@@ -416,10 +507,25 @@ class RegionPlan:
             mask = tuple(isinstance(a, Reg) for a in ins.args)
             args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
             dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)
+            if arena and len(ins.outs) == 1:
+                t = types[ins.outs[0]]
+                shape = tuple(t.shape)
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dts[0].itemsize if \
+                    all(type(d) is int for d in shape) else None
+                if nbytes is not None and nbytes <= MAX_BUFFER_BYTES and arena_bytes + nbytes <= MAX_PLAN_BUFFER_BYTES:
+                    h = [None]
+                    hs = holders.get(int(ins.args[0]), ()) if fn in _INPLACE_FNS and mask[0] else ()
+                    bfn = _buffered(ins.op, fn, h, shape, dts[0], hs)
+                    if bfn is not None:
+                        fn = bfn
+                        arena_bytes += nbytes
+                        holders[ins.outs[0]] = hs + (h,)
             steps.append(_Step(ins.op, fn, args, mask, attrs, tuple(ins.outs), dts))
         consts = {int(r): _interp._to_declared(c, types[r]) for r, c in program.consts.items()}
         nregs = 1 + max([int(r) for r in have] + [0])
         plan = cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
+        plan.holders = holders if arena else None
+        plan.arena_bytes = arena_bytes
         if _fusion.ENABLED if fuse is None else fuse:
             plan._types = dict(types)
             plan._fuse = (keep, plan._types)
@@ -468,7 +574,7 @@ class RegionPlan:
             if isinstance(k, Exception):
                 _fusion.warn_failed(k)
                 continue
-            fn = _fusion.fused_step_fn(k, cand, types)
+            fn = _fusion.fused_step_fn(k, cand, types, self.holders)
             dts = tuple(dtypes.to_numpy(types[r].dtype) for r in cand.outs)
             by_lo[cand.lo] = (cand.hi, _Step("fused", fn, tuple(cand.params), (True,) * len(cand.params), {},
                                              tuple(cand.outs), dts))

@@ -215,3 +215,48 @@ def test_bias_add_writes_into_a_dead_product():
               rng.standard_normal(3).astype(np.float32)]
     np.testing.assert_allclose(plan.run(arrays)[0], arrays[0] @ arrays[1].T + arrays[2], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(arrays[2], arrays[2].copy())  # (the bias, an input, untouched)
+
+
+def test_step_buffers_are_reused_across_runs_but_never_under_a_held_result():
+    """Steps keep their result buffers from run to run (no page faults per replay), but an array the
+    caller still holds (an output, or a view of one) is never written by a later run."""
+    p = Program()
+    x = p.add_input(T("f32", 16, 32))
+    w = p.add_input(T("f32", 8, 32), "param", "w")
+    b = p.add_input(T("f32", 8))
+    blk = p.new_block()
+    (h,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", 16, 8)])
+    (y,) = p.emit(blk, "bias_add", (h, b), {"axis": 1}, [T("f32", 16, 8)])
+    (e,) = p.emit(blk, "exp", (y,), {}, [T("f32", 16, 8)])
+    (s,) = p.emit(blk, "softmax", (e,), {"axis": -1}, [T("f32", 16, 8)])
+    (m,) = p.emit(blk, "mul", (s, 3.0), {}, [T("f32", 16, 8)])
+    (a,) = p.emit(blk, "add", (m, y), {}, [T("f32", 16, 8)])
+    p.outputs = [int(a), int(s)]
+    plan = RegionPlan.build(p, [int(x), int(w), int(b)], p.outputs, optimize=False, fuse=False)
+    assert plan.arena_bytes > 0
+    rng = np.random.default_rng(8)
+
+    def inputs():
+        return [rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((8, 32)).astype(np.float32),
+                rng.standard_normal(8).astype(np.float32)]
+
+    held, copies = [], []
+    for k in range(4):
+        arrays = inputs()
+        outs = plan.run(arrays)
+        want = interpret(p, arrays)
+        for g, wv in zip(outs, want):
+            np.testing.assert_allclose(g, wv, rtol=2e-6, atol=1e-6)
+        assert not np.shares_memory(outs[0], outs[1])
+        if k % 2 == 0:  # hold these (and a view of one) across the next runs
+            held.append((outs, outs[0][::2]))
+            copies.append([o.copy() for o in outs])
+    for (outs, view), cp in zip(held, copies):
+        for o, c in zip(outs, cp):
+            np.testing.assert_array_equal(o, c)
+        np.testing.assert_array_equal(view, cp[0][::2])
+    # temporaries (the product, exp) keep their buffer from run to run
+    plan.run(inputs())
+    bufs = [id(plan.holders[int(r)][-1][0]) for r in (h, e)]  # (ids: a reference would pin them)
+    plan.run(inputs())
+    assert [id(plan.holders[int(r)][-1][0]) for r in (h, e)] == bufs
