@@ -2,29 +2,32 @@
 ONE compiled C kernel step, so their intermediates are never materialised as NumPy arrays.
 
 Which steps: the plan's kept instructions are cut into maximal runs of ops whose fused result is
-bit-identical to the unfused plan's (`FUSE_OPS`: IEEE arithmetic, the comparisons and selects, the
-views, erf through the C library, and the elementwise ops the plan already runs as kernels of the
-same backend, `kernels.SLOW_ELEMENTWISE`); each run is partitioned by tier 1's fusion rule
-(`passes.fuse.fuse`, which asks `passes.fuse.fusible` per op) and every 'elementwise' group of two
-or more computing ops (or one slow op and something around it) becomes a candidate. NumPy's exp,
-log, tanh and its reductions (softmax, layer norm) differ from the C backend's eager formulas in
-the last bits, so groups holding them are not fused here: the plan stays bit-identical.
+bit-identical to the unfused plan's (`FUSE_OPS`: IEEE arithmetic, selects, casts, views, and the
+elementwise ops the plan already runs as kernels of the same backend, `kernels.SLOW_ELEMENTWISE`);
+each run is partitioned by tier 1's fusion rule (`passes.fuse.fuse`, which asks
+`passes.fuse.fusible` per op) and every 'elementwise' group of MIN_WORK (3) or more computing ops becomes a
+candidate (its leading views of inputs stay NumPy views), and so is every 'norm' group around a
+layer_norm (`NORMS`: the backend's kernel equals the reference interpreter, which runs it unfused,
+bit for bit). NumPy's exp, log and tanh and its plain reductions differ from the C backend's eager
+formulas in the last bits, so groups holding them are not fused: the plan stays bit-identical.
+erf/erfc and softmax are left out for speed (see `FUSE_OPS`, `NORMS`).
+Division by a signed zero is the one IEEE difference: the kernels follow MindSpore (x / -0 = x / +0,
+`codegen.c`), NumPy's step gives the sign; eager agrees with the kernel.
 
 How: the group's Function is generalised over its param dims (one symbol per distinct recorded size
 other than 0 and 1, named in order of appearance: a plan at (8, 64) and one at (4, 32) share one
-kernel; `passes.shapes.generalize`, static where a rule cannot express it), lowered by the C
-backend (`codegen.spec.lower`), its `erf` rewritten to the C library's `erff` (MindSpore's CPU Erf:
-bit-equal to eager and to the unfused plan's flat erf kernel; ms_dynvm's vectorised erf is 1 ulp off
-on some inputs, which the erf-form GELU's `1 + erf` shows), rendered without `strict_ieee` (so the
-outer loop runs on OpenMP threads above `codegen.c.OMP_THRESHOLD` elements: erff is scalar and the
-slowest part of the attention block; an elementwise loop gives the same bits on any number of
-threads, and products are rounded apart from later additions, `dvm_keepf`) and built through the
-kernel cache (memory, disk, GCC). Groups holding erfc or another C-library op keep `strict_ieee`.
+kernel; `passes.shapes.generalize`, static where a rule cannot express it), lowered and rendered by
+the C backend (`codegen.spec.lower`, `codegen.c.render`: products rounded apart from later additions,
+`dvm_keepf`; the outer loop on OpenMP threads above `codegen.c.OMP_THRESHOLD` elements, however many
+`jit.launch.set_kernel_threads` allows: elementwise, the bits do not depend on it) and built through
+the kernel cache (memory, disk, GCC).
 
 When: compiles run on the background compile thread (`jit.compile.compile_pool`; GCC is a
-subprocess) from the plan's first run; the plan runs its unfused steps until a kernel is ready and
-swaps the fused step in at the start of a later run (`RegionPlan.run`). A compile that fails (no
-compiler, an unsupported group) leaves the unfused steps, with one warning per process.
+subprocess) from the plan's first run; the plan runs its unfused steps until the kernels are ready
+and swaps the fused steps in at the start of a later run (`RegionPlan.run`). A compile that fails
+leaves the unfused steps: no compiler is one warning per process, a group the backend does not
+render is counted in the fallback table. Kernels already built are found by their canonical text
+(`_BUILT`), so the plans of further sizes of a family reuse them without lowering or rendering.
 This module imports no MindSpore.
 """
 
@@ -33,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -48,11 +50,25 @@ ARITH = frozenset(("add", "sub", "mul", "div", "neg", "abs", "sqrt", "square", "
                    "relu_grad", "bias_add", "where", "cast", "greater", "less", "greater_equal", "less_equal",
                    "equal", "not_equal", "logical_and", "logical_or", "logical_not", "masked_fill", "fill"))
 VIEWS = frozenset(("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "contiguous"))
-FUSE_OPS = ARITH | VIEWS | _kernels.SLOW_ELEMENTWISE
+# erf/erfc (the C library's, scalar) are left out: a fused loop calling erff measured ~15% slower
+# than erff over a flat array plus NumPy's passes for the rest of the erf-form GELU (the call
+# dominates; the flat kernel also runs on two threads, `kernels.PARALLEL`).
+# layer_norm: the C backend's kernel follows MindSpore CPU's float32 formula (eager_math) and equals
+# the reference interpreter bit for bit (tests/jit/test_replay_fusion.py), which runs it unfused
+# (~280 us at [8, 64, 64]; the fused kernel ~75 us). softmax is not fused: the backend's eager-formula
+# kernel (bit-equal to the interpreter too) measured 1.9 ms at [8, 64, 64] against NumPy's 0.28 ms,
+# 7.8 ms where a mask adds -1e4 (exp's subnormal path), on this machine's Xeon.
+NORMS = frozenset(("layer_norm",))
+FUSE_OPS = ARITH | VIEWS | (_kernels.SLOW_ELEMENTWISE - _kernels.LIBM) | NORMS
 # Ops that do work in a kernel (a group of views only is a copy: not worth a step)
-_WORK = ARITH | _kernels.SLOW_ELEMENTWISE
+_WORK = ARITH | _kernels.SLOW_ELEMENTWISE | NORMS
 _FLOATS = ("f32", "f64")
+# Computing ops an elementwise group needs to be fused: one C kernel pass measured about as fast as
+# one NumPy pass over the same [8, 64, 256] (a division: 0.11 against 0.05 ms), so a group pays only
+# by the passes it saves.
+MIN_WORK = 3
 ENABLED = os.environ.get("DYNVM_REPLAY_FUSE", "1") != "0"
+_BUILT: dict = {}  # canonical text of a generalised group -> its CompiledKernel (this process)
 
 
 class Candidate(NamedTuple):
@@ -105,10 +121,11 @@ def candidates(keep: list, types: dict, out_regs) -> list:
             for g in groups:
                 ops = [fn.body[k].op for k in g.instrs]
                 work = [op for op in ops if op in _WORK]
-                if g.kind != "elementwise" or not work or (len(work) < 2 and not set(work) & _kernels.SLOW_ELEMENTWISE):
+                norm = g.kind == "norm" and set(ops) & NORMS
+                if g.kind != "elementwise" and not norm:
                     continue
-                if len(work) < 2 and len(ops) < 2:
-                    continue  # one slow op alone: the plan's flat kernel serves it already
+                if not norm and len(work) < MIN_WORK:
+                    continue  # (NumPy's passes are as fast: the kernels' loops measured no faster)
                 lo, hi = g.instrs[0], g.instrs[-1] + 1
                 # Leading views of the group's inputs stay NumPy views (steps before the kernel):
                 # their attributes hold the recorded sizes (a reshape's target), which would keep
@@ -138,7 +155,7 @@ def _sub(fn, lo: int, hi: int, outs, types):
 
 
 def _ok(ins, types) -> bool:
-    if ins.op not in FUSE_OPS or len(ins.outs) != 1:
+    if ins.op not in FUSE_OPS or (len(ins.outs) != 1 and ins.op != "layer_norm"):
         return False
     for r in list(ins.outs) + [int(a) for a in ins.args if isinstance(a, Reg)]:
         t = types[r]
@@ -167,19 +184,6 @@ def _generalized(fn):
         return fn
 
 
-def _libm_erf(spec):
-    """`spec` with its float32 erf computed by the C library's erff."""
-    for nest in spec.nests:
-        for step in nest.steps:
-            for name in ("body", "pre", "post"):
-                stmts = getattr(step, name)
-                for k, st in enumerate(stmts):
-                    ex = getattr(st, "expr", None)
-                    if getattr(ex, "fn", None) == "erf" and st.ctype == "f32":
-                        stmts[k] = replace(st, expr=replace(ex, fn="erf_libm"))
-    return spec
-
-
 def compile_candidate(fn):
     """A `codegen.kernel.CompiledKernel` for group `fn` (raises where it cannot be built)."""
     from ms_dynvm.codegen import c as c_backend
@@ -190,19 +194,20 @@ def compile_candidate(fn):
     from ms_dynvm.version import __version__
 
     fn = _generalized(fn)
-    ops = {ins.op for ins in fn.body}
-    strict = bool(ops & (_kernels.LIBM - {"erf"}))
+    text = canonical_text(fn)
+    k = _BUILT.get(text)
+    if k is not None:
+        return k
     spec = lower(fn, eager_math=True)
-    if not strict:
-        spec = _libm_erf(spec)
-    source = c_backend.render(spec, strict_ieee=strict, fast_math=False, eager_math=True)
-    flags = gcc.flags(strict_ieee=strict)
+    source = c_backend.render(spec, strict_ieee=False, fast_math=False, eager_math=True)
+    flags = gcc.flags()
     key = make_key({"ms_dynvm": __version__, "what": "tier2 fused group", "compiler": gcc.compiler_info(),
-                    "flags": flags, "arch": platform.machine(), "ir": canonical_text(fn),
+                    "flags": flags, "arch": platform.machine(), "ir": text,
                     "source_sha256": hashlib.sha256(source.encode()).hexdigest()})
     cache = default_cache()
     lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
-    return CompiledKernel(spec, source, key, lib, fn)
+    k = _BUILT[text] = CompiledKernel(spec, source, key, lib, fn)
+    return k
 
 
 def fused_step_fn(kernel, cand: Candidate, types: dict, holders: dict | None = None):

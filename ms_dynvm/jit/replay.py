@@ -267,6 +267,14 @@ def _buffered(op, fn, h, shape, dt, hs):
             if inplace and (_reusable(x) or _held(x, hs)):
                 return np.add(x, b.reshape(bs), out=x)
             return np.add(x, b.reshape(bs), out=_fresh(h, shape, dt))
+    elif getattr(fn, "flat", None) is not None:  # a flat C kernel (`_compiled`)
+        k = fn.flat
+
+        def run(a, attrs):
+            return k([x for x in a if isinstance(x, np.ndarray)], _fresh(h, shape, dt))
+        run.__name__ = fn.__name__
+        run.inplace = False
+        return run
     elif fn is _softmax:
         def run(a, attrs):
             x = a[0]
@@ -356,6 +364,7 @@ def _compiled(ins, attrs, types):
     def run(args, attrs, k=k):
         return k([a for a in args if isinstance(a, np.ndarray)])
     run.__name__ = f"kernel[{ins.op}]"
+    run.flat = k
     return run
 
 

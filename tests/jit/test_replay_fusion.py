@@ -83,7 +83,8 @@ def test_fused_plan_equals_the_unfused_plan_bit_for_bit(b, s, h):
     if b * s * h and b * s:
         ops = [tuple(ops) for _, _, ops in fused.fused]
         assert ("mul", "sub", "mul", "add") in ops  # the mask arithmetic: one step
-        assert any("erf" in o and "div" in o and o.count("mul") == 2 for o in ops)  # the GELU: one step
+        assert ("add", "mul", "mul") in ops  # the GELU after erf (erf: the C library's, on its own)
+        assert not any("erf" in o for o in ops)
         assert "fused" in fused.describe()["fused"]
         assert len(fused.steps) < len(unfused.steps)
 
@@ -94,7 +95,7 @@ def test_one_kernel_serves_every_size_of_the_family():
     for b, s, h in [(8, 64, 256), (4, 32, 256), (2, 16, 128)]:
         p, ins = _block(b, s, h)
         cands = fusion.candidates(list(p.instrs()), p.types, p.outputs)
-        assert len(cands) == 2
+        assert len(cands) >= 2
         keys.add(tuple(fusion.compile_candidate(c.fn).key for c in cands))
     assert len(keys) == 1
 
@@ -135,3 +136,60 @@ def test_a_missing_compiler_leaves_the_plan_unfused_with_one_warning(monkeypatch
     assert plan.fused == []
     for g, e in zip(got, want):
         np.testing.assert_array_equal(g, e)
+
+
+@needs_gcc
+@pytest.mark.parametrize("n", [3 * 8192, 3 * 8192 + 17, 10 * 8192 - 1, 131072])
+def test_flat_erf_on_two_threads_equals_the_c_librarys(n, monkeypatch):
+    """The flat erf kernel over chunks on the caller and a helper thread (kernels.PARALLEL) gives
+    the bits of one thread, for any tail, into a given buffer too."""
+    from ms_dynvm.jit import kernels
+    from ms_dynvm.runtime.interpreter import IMPLS
+
+    k = kernels.flat_kernel("erf", {}, ("f32",), "f32")
+    if k is None:
+        pytest.skip("no C compiler")
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32) * 3
+    x[::97] = np.linspace(-9, 9, x[::97].size, dtype=np.float32)
+    two = k([x])
+    out = np.empty_like(x)
+    assert k([x], out) is out
+    monkeypatch.setattr(kernels, "PAR_MIN", 1 << 40)  # one thread
+    one = k([x])
+    np.testing.assert_array_equal(two, one)
+    np.testing.assert_array_equal(out, one)
+    np.testing.assert_array_equal(one, IMPLS["erf"]([x], {}))
+
+
+def _residual_ln(b, s, h):
+    """x + y then LayerNorm over the last axis (gamma, beta): one 'norm' group."""
+    p = Program()
+    x = p.add_input(T("f32", b, s, h))
+    y = p.add_input(T("f32", b, s, h))
+    g = p.add_input(T("f32", h), "param", "gamma")
+    be = p.add_input(T("f32", h), "param", "beta")
+    blk = p.new_block()
+    (z,) = p.emit(blk, "add", (x, y), {}, [T("f32", b, s, h)])
+    (o, m, v) = p.emit(blk, "layer_norm", (z, g, be), {"begin_norm_axis": -1, "begin_params_axis": -1, "eps": 1e-5},
+                       [T("f32", b, s, h), T("f32", b, s, 1), T("f32", b, s, 1)])
+    (r,) = p.emit(blk, "mul", (o, 2.0), {}, [T("f32", b, s, h)])
+    p.outputs = [int(r)]
+    return p, [int(x), int(y), int(g), int(be)]
+
+
+@needs_gcc
+@pytest.mark.parametrize("b,s,h", [(8, 64, 64), (3, 5, 7), (1, 1, 33), (2, 3, 1), (0, 4, 8)])
+def test_fused_layer_norm_equals_the_interpreters_bit_for_bit(b, s, h):
+    p, ins = _residual_ln(b, s, h)
+    unfused = RegionPlan.build(p, ins, p.outputs, fuse=False)
+    assert unfused.describe()["layer_norm"] == {"interpreter": 1}
+    p2, ins2 = _residual_ln(b, s, h)
+    fused = RegionPlan.build(p2, ins2, p2.outputs, fuse=True).fuse_now()
+    rng = np.random.default_rng(b + s + h)
+    arrays = [rng.standard_normal((b, s, h)).astype(np.float32) * 3, rng.standard_normal((b, s, h)).astype(np.float32),
+              rng.standard_normal(h).astype(np.float32), rng.standard_normal(h).astype(np.float32)]
+    want = unfused.run(arrays)
+    got = fused.run(arrays)
+    np.testing.assert_array_equal(got[0], want[0])
+    if b * s * h and h > 1:
+        assert any("layer_norm" in ops for _, _, ops in fused.fused)
