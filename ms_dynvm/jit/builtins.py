@@ -83,6 +83,11 @@ def available() -> bool:
     return _load() is not None
 
 
+def loaded() -> bool:
+    """Whether the library has been built or found already (no compile here)."""
+    return _tried
+
+
 def segment_sum(x: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
     lib = _load()
     x = np.ascontiguousarray(x, np.float32)

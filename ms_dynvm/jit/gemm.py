@@ -136,11 +136,28 @@ def _batched(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool, out=None) -> np.n
 
 
 _LOOP: list = []
+_LOADING: list = []
 
 
 def _batch_loop():
-    if not _LOOP:
-        from ms_dynvm.jit import builtins
+    """The C batch loop once it is built, else None (the Python loop). It is built on the background
+    compile thread (`jit.compile.compile_pool`): a first GCC run in the caller would cost a cold
+    process ~0.3 s at its first batched product."""
+    if _LOOP:
+        return _LOOP[0]
+    if os.environ.get("DYNVM_GEMM_BATCH", "c") != "c":
+        _LOOP.append(None)
+        return None
+    from ms_dynvm.jit import builtins
 
-        _LOOP.append(builtins.batched_sgemm() if os.environ.get("DYNVM_GEMM_BATCH", "c") == "c" else None)
-    return _LOOP[0]
+    if builtins.loaded():
+        _LOOP.append(builtins.batched_sgemm())
+        return _LOOP[0]
+    if not _LOADING:
+        from ms_dynvm.jit.compile import compile_pool
+
+        _LOADING.append(compile_pool().submit(builtins.available))
+    elif _LOADING[0].done():
+        _LOOP.append(builtins.batched_sgemm())
+        return _LOOP[0]
+    return None

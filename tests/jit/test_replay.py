@@ -144,6 +144,7 @@ def test_batched_gemm_c_loop_equals_one_gemm_per_batch(sa, sb, ta, tb, monkeypat
     a = rng.standard_normal(sa).astype(np.float32)
     b = rng.standard_normal(sb).astype(np.float32)
     bt = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)  # a transposed view
+    assert gemm._batch_loop() is not None  # (the library is loaded: the C loop serves)
     got = [gemm.matmul(a, b, ta, tb), gemm.matmul(a, bt, ta, tb)]
     monkeypatch.setattr(gemm, "_LOOP", [None])  # the Python loop, one dnnl_sgemm per batch
     wants = [gemm.matmul(a, b, ta, tb), gemm.matmul(a, bt, ta, tb)]
