@@ -11,7 +11,15 @@ into a flat list of steps over a register file:
   placed by the frontend where the recording shows their results) are spliced in after the last
   register they read.
 `run(arrays)` then executes the steps with NumPy's error state set once, and returns the output
-arrays, each a fresh array the caller may hand out (never a view of an input or of a parameter).
+arrays, each an array the caller may hand out (never a view of an input, of a parameter or of
+another output).
+
+Steady state (see docs/regions.md, "Steady-state costs"): steps that compute a temporary of static
+shape keep their result buffer from run to run (`_fresh`: reused only where nothing but the plan
+refers to it, so an array the caller still holds is never written again); batched matmuls run one C
+loop over oneDNN's GEMM (`jit/gemm.py`); from the first run, chains of elementwise steps and
+LayerNorms are compiled into fused C kernels on the background compile thread (`jit/fusion.py`) and
+swapped in (`unfused_steps` keeps the original list; `fuse_now()` compiles in the caller).
 
 The plan is specialised to the shapes it was recorded with; the frontend keys plans by input
 signature and guards them. This module does not import MindSpore.
