@@ -115,8 +115,10 @@ _HELPER: list = []
 
 class _Helper:
     def __init__(self) -> None:
+        import os
         import queue
 
+        self.pid = os.getpid()  # (a forked child has no helper thread: it starts its own)
         self.busy = threading.Lock()  # one parallel loop at a time (else the caller runs it alone)
         self.jobs = queue.SimpleQueue()
         self.done = queue.SimpleQueue()
@@ -158,9 +160,9 @@ class _Helper:
 
 
 def _helper():
-    if not _HELPER:
-        import os
+    import os
 
+    if not _HELPER or (_HELPER[0] is not None and _HELPER[0].pid != os.getpid()):
         on = (os.cpu_count() or 1) >= 2 and os.environ.get("DYNVM_REPLAY_THREADS", "2") != "1"
-        _HELPER.append(_Helper() if on else None)
+        _HELPER[:] = [_Helper() if on else None]
     return _HELPER[0]

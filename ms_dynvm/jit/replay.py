@@ -219,7 +219,13 @@ _INPLACE = {
 # nothing but the holder refers to it (its reference count: a result handed out as a tensor, or a
 # view of it, holds it), else the step allocates a new one: results the caller holds never change.
 MAX_BUFFER_BYTES = 1 << 26  # per step; larger results are allocated per run
-MAX_PLAN_BUFFER_BYTES = 1 << 28  # per plan
+MAX_PLAN_BUFFER_BYTES = 1 << 27  # per plan
+MAX_TOTAL_BUFFER_BYTES = 1 << 29  # all live plans of the process (a plan's share returns when it goes)
+_total_bytes = [0]
+
+
+def _release(n: int) -> None:
+    _total_bytes[0] -= n
 
 
 def _fresh(h, shape, dt):
@@ -529,7 +535,8 @@ class RegionPlan:
                 shape = tuple(t.shape)
                 nbytes = int(np.prod(shape, dtype=np.int64)) * dts[0].itemsize if \
                     all(type(d) is int for d in shape) else None
-                if nbytes is not None and nbytes <= MAX_BUFFER_BYTES and arena_bytes + nbytes <= MAX_PLAN_BUFFER_BYTES:
+                if nbytes is not None and nbytes <= MAX_BUFFER_BYTES and arena_bytes + nbytes <= MAX_PLAN_BUFFER_BYTES \
+                        and _total_bytes[0] + arena_bytes + nbytes <= MAX_TOTAL_BUFFER_BYTES:
                     h = [None]
                     hs = holders.get(int(ins.args[0]), ()) if fn in _INPLACE_FNS and mask[0] else ()
                     bfn = _buffered(ins.op, fn, h, shape, dts[0], hs)
@@ -543,6 +550,11 @@ class RegionPlan:
         plan = cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
         plan.holders = holders if arena else None
         plan.arena_bytes = arena_bytes
+        if arena_bytes:
+            import weakref
+
+            _total_bytes[0] += arena_bytes
+            weakref.finalize(plan, _release, arena_bytes)
         if _fusion.ENABLED if fuse is None else fuse:
             plan._types = dict(types)
             plan._fuse = (keep, plan._types)

@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--size", default="8,64")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--unfused", action="store_true")
+    ap.add_argument("--calls", type=int, default=30, help="calls of the workload before profiling")
     args = ap.parse_args()
 
     import mindspore as ms
@@ -53,9 +54,9 @@ def main() -> int:
     ms_dynvm.enable()
     try:
         step = build(0)
-        inputs = make_inputs(np.random.default_rng(0), size)
-        for _ in range(8):
-            step(*inputs).asnumpy()
+        rng = np.random.default_rng(0)
+        for _ in range(args.calls):  # (new data each call: training regions learn from two different batches)
+            step(*make_inputs(rng, size)).asnumpy()
     finally:
         ms_dynvm.disable()
         replay.RegionPlan.run = orig_run

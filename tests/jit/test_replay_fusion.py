@@ -193,3 +193,39 @@ def test_fused_layer_norm_equals_the_interpreters_bit_for_bit(b, s, h):
     np.testing.assert_array_equal(got[0], want[0])
     if b * s * h and h > 1:
         assert any("layer_norm" in ops for _, _, ops in fused.fused)
+
+
+@needs_gcc
+def test_a_forked_process_starts_its_own_erf_helper(monkeypatch):
+    """A child made by fork() has no helper thread: the first parallel erf there starts one (a queue
+    whose worker is gone would block the replay)."""
+    from ms_dynvm.jit import kernels
+
+    k = kernels.flat_kernel("erf", {}, ("f32",), "f32")
+    if k is None or kernels._helper() is None:
+        pytest.skip("no C compiler or one core")
+    old = kernels._helper()
+    monkeypatch.setattr(old, "pid", -1)  # as the parent's helper looks from a forked child
+    x = np.linspace(-4, 4, 5 * kernels.CHUNK, dtype=np.float32)
+    got = k([x])
+    assert kernels._helper() is not old
+    monkeypatch.setattr(kernels, "PAR_MIN", 1 << 40)
+    np.testing.assert_array_equal(got, k([x]))
+
+
+def test_step_buffers_have_a_process_wide_budget(monkeypatch):
+    """Plans stop keeping buffers past MAX_TOTAL_BUFFER_BYTES, and a plan's share returns when it goes."""
+    import gc
+
+    from ms_dynvm.jit import replay
+
+    p, ins = _block(4, 8, 16)
+    before = replay._total_bytes[0]
+    plan = RegionPlan.build(p, ins, p.outputs, fuse=False)
+    assert plan.arena_bytes > 0 and replay._total_bytes[0] == before + plan.arena_bytes
+    monkeypatch.setattr(replay, "MAX_TOTAL_BUFFER_BYTES", replay._total_bytes[0])
+    p2, ins2 = _block(4, 8, 16)
+    assert RegionPlan.build(p2, ins2, p2.outputs, fuse=False).arena_bytes == 0
+    del plan
+    gc.collect()
+    assert replay._total_bytes[0] == before
