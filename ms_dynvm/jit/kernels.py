@@ -135,7 +135,7 @@ class _Helper:
     def run(self, n: int, itemsizes: list, ptrs: list, launch) -> None:
         import itertools
 
-        nch = (n + CHUNK - 1) // CHUNK
+        nch = max(1, n // CHUNK)  # (the last chunk takes the rest: CHUNK to 2 CHUNK - 1 elements, never 1)
         nxt = itertools.count()  # (next() is atomic under the GIL)
         full = launch(CHUNK)
         tail = launch(n - (nch - 1) * CHUNK)

@@ -139,7 +139,7 @@ def test_a_missing_compiler_leaves_the_plan_unfused_with_one_warning(monkeypatch
 
 
 @needs_gcc
-@pytest.mark.parametrize("n", [3 * 8192, 3 * 8192 + 17, 10 * 8192 - 1, 131072])
+@pytest.mark.parametrize("n", [3 * 8192, 3 * 8192 + 1, 3 * 8192 + 17, 10 * 8192 - 1, 131072])
 def test_flat_erf_on_two_threads_equals_the_c_librarys(n, monkeypatch):
     """The flat erf kernel over chunks on the caller and a helper thread (kernels.PARALLEL) gives
     the bits of one thread, for any tail, into a given buffer too."""
