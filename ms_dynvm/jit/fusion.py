@@ -6,7 +6,9 @@ bit-identical to the unfused plan's (`FUSE_OPS`: IEEE arithmetic, selects, casts
 elementwise ops the plan already runs as kernels of the same backend, `kernels.SLOW_ELEMENTWISE`);
 each run is partitioned by tier 1's fusion rule (`passes.fuse.fuse`, which asks
 `passes.fuse.fusible` per op) and every 'elementwise' group of MIN_WORK (3) or more computing ops becomes a
-candidate (its leading views of inputs stay NumPy views), and so is every 'norm' group around a
+candidate (its leading views of inputs stay NumPy views; a Dense layer's `bias_add` followed by the
+reshape to its batch axes is taken as reshape then bias_add, `_bias_after_reshape`, so the bias
+joins the group after it), and so is every 'norm' group around a
 layer_norm (`NORMS`: the backend's kernel equals the reference interpreter, which runs it unfused,
 bit for bit). NumPy's exp, log and tanh and its plain reductions differ from the C backend's eager
 formulas in the last bits, so groups holding them are not fused: the plan stays bit-identical.
@@ -80,6 +82,7 @@ class Candidate(NamedTuple):
     fn: object
     params: tuple
     outs: tuple
+    views: tuple = ()  # per param: None, or (plan register, shape): the param is that register reshaped
 
 
 def candidates(keep: list, types: dict, out_regs) -> list:
@@ -94,6 +97,7 @@ def candidates(keep: list, types: dict, out_regs) -> list:
                 last_use[int(a)] = i
     outs_set = set(int(r) for r in out_regs)
     found = []
+    nxt = 1 + max([int(r) for r in types] + [0])  # registers the swaps below define
     i, n = 0, len(keep)
     while i < n:
         if not _ok(keep[i], types):
@@ -103,7 +107,8 @@ def candidates(keep: list, types: dict, out_regs) -> list:
         while j < n and _ok(keep[j], types):
             j += 1
         # run [i, j): its own Function; registers read later (or plan outputs) are its outputs
-        body = keep[i:j]
+        body, rtypes, swapped = _bias_after_reshape(keep, i, j, types, outs_set, nxt)
+        nxt += len(swapped)
         defined, params = set(), []
         for ins in body:
             for a in ins.args:
@@ -113,7 +118,7 @@ def candidates(keep: list, types: dict, out_regs) -> list:
         fouts = [r for ins in body for r in ins.outs if r in outs_set or last_use.get(r, -1) >= j]
         if fouts:
             regs = set(params) | defined
-            fn = Function("region_run", params, list(body), fouts, {r: types[r] for r in regs})
+            fn = Function("region_run", params, list(body), fouts, {r: rtypes[r] for r in regs})
             try:
                 groups = fuse(fn)
             except Exception:  # noqa: BLE001 - the rule refuses what it cannot partition: no fusion
@@ -132,10 +137,66 @@ def candidates(keep: list, types: dict, out_regs) -> list:
                 # the kernel from serving other sizes.
                 while lo < hi and fn.body[lo].op in VIEWS:
                     lo += 1
-                gf = _sub(fn, lo, hi, g.function.outputs, types)
-                found.append(Candidate(i + lo, i + hi, gf, tuple(gf.params), tuple(gf.outputs)))
+                if lo == hi:
+                    continue
+                gf = _sub(fn, lo, hi, g.function.outputs, rtypes)
+                # A swapped pair (see _bias_after_reshape) is replaced whole or not at all: the
+                # kernel may start at the moved bias_add, reading the GEMM output reshaped itself.
+                plo, views, ok = lo, [], True
+                for k, nr, src, shape in swapped:
+                    if (lo <= k < hi) != (lo <= k + 1 < hi):
+                        if k + 1 == lo and nr in gf.params:
+                            plo = k
+                        else:
+                            ok = False
+                if not ok:
+                    continue
+                pre = {nr: (src, shape) for _, nr, src, shape in swapped}
+                views = tuple(pre.get(r) for r in gf.params)
+                args = tuple(pre[r][0] if r in pre else r for r in gf.params)
+                found.append(Candidate(i + plo, i + hi, gf, args, tuple(gf.outputs), views))
         i = j
     return found
+
+
+def _bias_after_reshape(keep: list, i: int, j: int, types: dict, outs_set: set, nxt: int):
+    """(body, types, swaps) of run keep[i:j] where each `bias_add(x [M, N]) -> reshape to [.., N]`
+    (a Dense layer's bias, then its batch axes back) whose sum nothing else reads becomes
+    `reshape(x) -> bias_add(.., axis=-1)`: the same additions, but the reshape of a computed value
+    would end a fused group (it is not right-aligned) where a reshape of the group's input is a
+    view. swaps: (body index, new register, x, shape)."""
+    from ms_dynvm.bytecode import opcodes
+    from ms_dynvm.bytecode.program import Instr
+
+    body = list(keep[i:j])
+    rtypes = types
+    swaps = []
+    uses: dict = {}
+    for ins in keep:
+        for a in ins.args:
+            if isinstance(a, Reg):
+                uses[int(a)] = uses.get(int(a), 0) + 1
+    for k in range(len(body) - 1):
+        b, r = body[k], body[k + 1]
+        if b.op != "bias_add" or r.op != "reshape" or not isinstance(b.args[0], Reg) or \
+                not isinstance(r.args[0], Reg) or int(r.args[0]) != b.outs[0]:
+            continue
+        s = b.outs[0]
+        if uses.get(s, 0) != 1 or s in outs_set:
+            continue
+        xt, ot = types[int(b.args[0])], types[r.outs[0]]
+        if len(xt.shape) != 2 or len(ot.shape) < 2 or ot.shape[-1] != xt.shape[-1] or \
+                opcodes.full_attrs("bias_add", b.attrs).get("axis", 1) % 2 != 1:
+            continue
+        if rtypes is types:
+            rtypes = dict(types)
+        nr = nxt + len(swaps)
+        rtypes[nr] = ot
+        body[k] = Instr("reshape", (b.args[0],), {"shape": tuple(ot.shape)}, (nr,))
+        body[k + 1] = Instr("bias_add", (Reg(nr),) + tuple(b.args[1:]), {**b.attrs, "axis": len(ot.shape) - 1},
+                            (r.outs[0],))
+        swaps.append((k, nr, int(b.args[0]), tuple(ot.shape)))
+    return body, rtypes, swaps
 
 
 def _sub(fn, lo: int, hi: int, outs, types):
@@ -220,7 +281,9 @@ def fused_step_fn(kernel, cand: Candidate, types: dict, holders: dict | None = N
 
     out_shapes = [tuple(types[r].shape) for r in cand.outs]
     out_dts = [dtypes.to_numpy(types[r].dtype) for r in cand.outs]
-    in_shapes = [tuple(types[r].shape) for r in cand.params]
+    in_shapes = [tuple(types[r].shape) if v is None else v[1]
+                 for r, v in zip(cand.params, cand.views or [None] * len(cand.params))]
+    views = [(k, v[1]) for k, v in enumerate(cand.views) if v is not None]
     launches: dict = {}
     single = len(out_shapes) == 1
     empty = np.empty
@@ -235,6 +298,10 @@ def fused_step_fn(kernel, cand: Candidate, types: dict, holders: dict | None = N
     specs = list(zip(out_shapes, out_dts, hold or [None] * len(out_shapes)))
 
     def run(args, attrs):
+        if views:
+            args = list(args)
+            for k, shape in views:
+                args[k] = args[k].reshape(shape)
         key = tuple(a.strides for a in args)
         go = launches.get(key)
         if go is None:

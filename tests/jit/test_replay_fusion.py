@@ -38,13 +38,15 @@ def _block(b, s, h):
     m = p.add_input(T("f32", b, 1, s))
     x = p.add_input(T("f32", b * s, h))
     w = p.add_input(T("f32", h, h), "param", "w")
+    bias = p.add_input(T("f32", h), "param", "b")
     two = p.add_const(np.array(2.0, np.float32))
     blk = p.new_block()
     (a,) = p.emit(blk, "mul", (sc, 0.125), {}, [T("f32", b, s, s)])
     (om,) = p.emit(blk, "sub", (1.0, m), {}, [T("f32", b, 1, s)])
     (mm,) = p.emit(blk, "mul", (om, -10000.0), {}, [T("f32", b, 1, s)])
     (sc2,) = p.emit(blk, "add", (a, mm), {}, [T("f32", b, s, s)])
-    (y,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", b * s, h)])
+    (y0,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", b * s, h)])
+    (y,) = p.emit(blk, "bias_add", (y0, bias), {"axis": 1}, [T("f32", b * s, h)])
     (y3,) = p.emit(blk, "reshape", (y,), {"shape": (b, s, h)}, [T("f32", b, s, h)])
     (r2,) = p.emit(blk, "sqrt", (two,), {}, [T("f32")])
     (d,) = p.emit(blk, "div", (y3, r2), {}, [T("f32", b, s, h)])
@@ -53,14 +55,15 @@ def _block(b, s, h):
     (g,) = p.emit(blk, "mul", (y3, e1), {}, [T("f32", b, s, h)])
     (g2,) = p.emit(blk, "mul", (g, 0.5), {}, [T("f32", b, s, h)])
     p.outputs = [int(sc2), int(g2)]
-    return p, [int(sc), int(m), int(x), int(w)]
+    return p, [int(sc), int(m), int(x), int(w), int(bias)]
 
 
 def _arrays(rng, b, s, h):
     m = (rng.random((b, 1, s)) < 0.7).astype(np.float32)
     # wide values: erf saturates, 1 + erf cancels for y < -5 (the case a 1-ulp erf would show)
     return [rng.standard_normal((b, s, s)).astype(np.float32) * 30, m,
-            (rng.standard_normal((b * s, h)) * 4).astype(np.float32), rng.standard_normal((h, h)).astype(np.float32)]
+            (rng.standard_normal((b * s, h)) * 4).astype(np.float32), rng.standard_normal((h, h)).astype(np.float32),
+            rng.standard_normal(h).astype(np.float32)]
 
 
 @needs_gcc
@@ -84,6 +87,8 @@ def test_fused_plan_equals_the_unfused_plan_bit_for_bit(b, s, h):
         ops = [tuple(ops) for _, _, ops in fused.fused]
         assert ("mul", "sub", "mul", "add") in ops  # the mask arithmetic: one step
         assert ("add", "mul", "mul") in ops  # the GELU after erf (erf: the C library's, on its own)
+        # the Dense bias moved behind the reshape joins the division: one kernel from the GEMM's output
+        assert ("bias_add", "reshape", "sqrt", "div") in ops
         assert not any("erf" in o for o in ops)
         assert "fused" in fused.describe()["fused"]
         assert len(fused.steps) < len(unfused.steps)
