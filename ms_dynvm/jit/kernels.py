@@ -103,10 +103,14 @@ def _build(op, attrs, in_dtypes, out_dtype, imms):
 
 # --- two threads for the C library's scalar functions ----------------------------------------------
 # erf/erfc run the C library's scalar erff/erfc (bit-equal to eager): ~20 ns an element, the largest
-# step of a replayed attention block. A replay runs no MindSpore op, so a second core is free: the
-# flat kernel runs over chunks of CHUNK elements that the calling thread and one helper thread take
-# in turn (a shared counter; ctypes releases the GIL during each chunk), so a helper that is late
-# (a busy core) costs at most the chunk it holds. Elementwise: the bits do not depend on the split.
+# step of a replayed attention block. The flat kernel runs over chunks of CHUNK elements that the
+# calling thread and one helper thread take in turn (a shared counter; ctypes releases the GIL during
+# each chunk), so a helper that is late (a busy core) costs at most the chunk it holds. Elementwise:
+# the bits do not depend on the split. On by default only above two cores, as tier 1's kernel
+# threads (`jit.launch.set_kernel_threads`): on this project's 2-core Xeon the erf alone ran 1.7x
+# faster on two threads, but a replayed attention block at (8, 64) was no faster (3.10 against
+# 3.01 ms: MindSpore's worker threads hold the second core). DYNVM_REPLAY_THREADS=2 turns it on,
+# =1 off.
 PARALLEL = LIBM
 CHUNK = 8192
 PAR_MIN = 3 * CHUNK
@@ -163,6 +167,7 @@ def _helper():
     import os
 
     if not _HELPER or (_HELPER[0] is not None and _HELPER[0].pid != os.getpid()):
-        on = (os.cpu_count() or 1) >= 2 and os.environ.get("DYNVM_REPLAY_THREADS", "2") != "1"
+        want = os.environ.get("DYNVM_REPLAY_THREADS", "")
+        on = want == "2" or (want != "1" and (os.cpu_count() or 1) > 2)
         _HELPER[:] = [_Helper() if on else None]
     return _HELPER[0]
