@@ -5,7 +5,7 @@ Which steps: the plan's kept instructions are cut into maximal runs of ops whose
 bit-identical to the unfused plan's (`FUSE_OPS`: IEEE arithmetic, selects, casts, views, and the
 elementwise ops the plan already runs as kernels of the same backend, `kernels.SLOW_ELEMENTWISE`);
 each run is partitioned by tier 1's fusion rule (`passes.fuse.fuse`, which asks
-`passes.fuse.fusible` per op) and every 'elementwise' group of MIN_WORK (3) or more computing ops becomes a
+`passes.fuse.fusible` per op) and every 'elementwise' group of MIN_WORK (2) or more ops over tensors becomes a
 candidate (its leading views of inputs stay NumPy views; a Dense layer's `bias_add` followed by the
 reshape to its batch axes is taken as reshape then bias_add, `_bias_after_reshape`, so the bias
 joins the group after it), and so is every 'norm' group around a
@@ -65,10 +65,10 @@ FUSE_OPS = ARITH | VIEWS | (_kernels.SLOW_ELEMENTWISE - _kernels.LIBM) | NORMS
 # Ops that do work in a kernel (a group of views only is a copy: not worth a step)
 _WORK = ARITH | _kernels.SLOW_ELEMENTWISE | NORMS
 _FLOATS = ("f32", "f64")
-# Computing ops an elementwise group needs to be fused: one C kernel pass measured about as fast as
-# one NumPy pass over the same [8, 64, 256] (a division: 0.11 against 0.05 ms), so a group pays only
-# by the passes it saves.
-MIN_WORK = 3
+# Computing ops (on tensors, not 0-d values) an elementwise group needs to be fused: a fused kernel
+# saves the passes over memory between its ops (x * (1 + e) * 0.5 over [8, 64, 256], one thread:
+# 57 us fused against 97 us for NumPy's three passes); a single op gains nothing.
+MIN_WORK = 2
 ENABLED = os.environ.get("DYNVM_REPLAY_FUSE", "1") != "0"
 _BUILT: dict = {}  # canonical text of a generalised group -> its CompiledKernel (this process)
 
@@ -125,7 +125,9 @@ def candidates(keep: list, types: dict, out_regs) -> list:
                 groups = []
             for g in groups:
                 ops = [fn.body[k].op for k in g.instrs]
-                work = [op for op in ops if op in _WORK]
+                # (ops on 0-d values, the sqrt of a constant, are not passes over the data)
+                work = [fn.body[k].op for k in g.instrs if fn.body[k].op in _WORK and
+                        any(len(rtypes[r].shape) for r in fn.body[k].outs)]
                 norm = g.kind == "norm" and set(ops) & NORMS
                 if g.kind != "elementwise" and not norm:
                     continue
