@@ -40,7 +40,8 @@ void dvm_batched_sgemm(void *fp, char ta, char tb, int64_t batch, int64_t m, int
                        const float *a, int64_t lda, int64_t sa, const float *b, int64_t ldb, int64_t sb,
                        float *c, int64_t ldc, int64_t sc) {
     dvm_sgemm_t f = (dvm_sgemm_t)fp;
-    for (int64_t i = 0; i < batch; i++) f(ta, tb, m, n, k, 1.0f, a + i * sa, lda, b + i * sb, ldb, 0.0f, c + i * sc, ldc);
+    for (int64_t i = 0; i < batch; i++)
+        f(ta, tb, m, n, k, 1.0f, a + i * sa, lda, b + i * sb, ldb, 0.0f, c + i * sc, ldc);
 }
 """
 
@@ -72,7 +73,8 @@ def _load():
             fn = lib.dvm_batched_sgemm
             fn.restype = None
             i64, vp = ctypes.c_int64, ctypes.c_void_p
-            fn.argtypes = [vp, ctypes.c_char, ctypes.c_char, i64, i64, i64, i64, vp, i64, i64, vp, i64, i64, vp, i64, i64]
+            ch = ctypes.c_char
+            fn.argtypes = [vp, ch, ch, i64, i64, i64, i64, vp, i64, i64, vp, i64, i64, vp, i64, i64]
             _lib = lib
         except Exception:  # noqa: BLE001 - no compiler: the interpreter's implementation stays
             _lib = None

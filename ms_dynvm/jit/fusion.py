@@ -95,7 +95,7 @@ def candidates(keep: list, types: dict, out_regs) -> list:
         for a in ins.args:
             if isinstance(a, Reg):
                 last_use[int(a)] = i
-    outs_set = set(int(r) for r in out_regs)
+    outs_set = {int(r) for r in out_regs}
     found = []
     nxt = 1 + max([int(r) for r in types] + [0])  # registers the swaps below define
     i, n = 0, len(keep)

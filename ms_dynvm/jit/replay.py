@@ -426,13 +426,17 @@ class RegionPlan:
 
     def describe(self) -> dict:
         """How the steps run: op -> how many run by a NumPy fast path, a compiled kernel, the
-        reference interpreter."""
+        reference interpreter (a fused step: op "fused", how "fused")."""
         out: dict = {}
         fast = set(_FAST.values()) | set(_INPLACE.values())
         for s in self.steps:
             name = getattr(s.fn, "__name__", "")
-            how = "numpy" if s.fn in fast or getattr(s.fn, "how", "") == "numpy" else "kernel" if name.startswith("kernel[") else \
-                "fused" if name.startswith("fused[") else "interpreter"
+            if s.fn in fast or getattr(s.fn, "how", "") == "numpy":
+                how = "numpy"
+            elif name.startswith("kernel["):
+                how = "kernel"
+            else:
+                how = "fused" if name.startswith("fused[") else "interpreter"
             d = out.setdefault(s.op, {})
             d[how] = d.get(how, 0) + 1
         return out
@@ -576,7 +580,10 @@ class RegionPlan:
         if type(f) is tuple:  # first run: start compiling
             from ms_dynvm.jit.compile import compile_pool
 
-            self._fuse = compile_pool().submit(self._fuse_job, *f)
+            try:
+                self._fuse = compile_pool().submit(self._fuse_job, *f)
+            except RuntimeError:  # (the pool is shut down: interpreter exit) the plan stays unfused
+                self._fuse = None
             return
         if f.done():
             self._fuse = None

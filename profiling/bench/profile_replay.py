@@ -101,9 +101,11 @@ def main() -> int:
                         vals[r] = np.asarray(v, dtype=dt)
                 per[i] += pc() - t
     per = [p / args.reps for p in per]
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
     print(f"{args.workload} {size}: {len(plan.steps)} steps ({len(unfused)} unfused), "
           f"plan.run {whole * 1e3:.3f} ms, steps {sum(per) * 1e3:.3f} ms, {faults:.0f} minor faults per run; "
-          f"load {open('/proc/loadavg').read().split()[0]}")
+          f"load {load}")
     kinds: dict = collections.defaultdict(float)
     for p, s in zip(per, plan.steps):
         name = getattr(s.fn, "__name__", type(s.fn).__name__)

@@ -98,7 +98,7 @@ def test_fused_plan_equals_the_unfused_plan_bit_for_bit(b, s, h):
 def test_one_kernel_serves_every_size_of_the_family():
     keys = set()
     for b, s, h in [(8, 64, 256), (4, 32, 256), (2, 16, 128)]:
-        p, ins = _block(b, s, h)
+        p, _ = _block(b, s, h)
         cands = fusion.candidates(list(p.instrs()), p.types, p.outputs)
         assert len(cands) >= 2
         keys.add(tuple(fusion.compile_candidate(c.fn).key for c in cands))
@@ -176,7 +176,7 @@ def _residual_ln(b, s, h):
     be = p.add_input(T("f32", h), "param", "beta")
     blk = p.new_block()
     (z,) = p.emit(blk, "add", (x, y), {}, [T("f32", b, s, h)])
-    (o, m, v) = p.emit(blk, "layer_norm", (z, g, be), {"begin_norm_axis": -1, "begin_params_axis": -1, "eps": 1e-5},
+    (o, _, _) = p.emit(blk, "layer_norm", (z, g, be), {"begin_norm_axis": -1, "begin_params_axis": -1, "eps": 1e-5},
                        [T("f32", b, s, h), T("f32", b, s, 1), T("f32", b, s, 1)])
     (r,) = p.emit(blk, "mul", (o, 2.0), {}, [T("f32", b, s, h)])
     p.outputs = [int(r)]
