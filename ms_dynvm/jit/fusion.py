@@ -226,6 +226,8 @@ def _ok(ins, types) -> bool:
             return False
         if t.dtype not in _FLOATS and t.dtype not in ("bool", "i32", "i64"):
             return False
+    if ins.op in NORMS:  # (the eager formula, equal to the interpreter, is float32's)
+        return types[ins.outs[0]].dtype == "f32"
     return types[ins.outs[0]].dtype in _FLOATS or ins.op in VIEWS
 
 
