@@ -88,6 +88,31 @@ def matmul(a: np.ndarray, b: np.ndarray, ta: bool = False, tb: bool = False, out
     return c
 
 
+def prepare2d(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool):
+    """The `dnnl_sgemm` arguments other than the pointers for op(a) @ op(b) on 2-D float32 operands
+    of these shapes and strides, or None where `matmul` must decide (no oneDNN, other dtypes or
+    ranks, a layout it copies, an empty product). A region plan computes this once per operand
+    layout (`run2d`), since its shapes are static."""
+    if _SGEMM is None or a.dtype != F32 or b.dtype != F32 or a.ndim != 2 or b.ndim != 2:
+        return None
+    m, k = (a.shape[1], a.shape[0]) if ta else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+    if k != k2 or not (m and n and k):
+        return None
+    if not ((a.flags.c_contiguous or a.flags.f_contiguous) and (b.flags.c_contiguous or b.flags.f_contiguous)):
+        return None
+    fa, lda, _ = _operand(a, ta)
+    fb, ldb, _ = _operand(b, tb)
+    return fa, fb, m, n, k, lda, ldb
+
+
+def run2d(p, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`matmul` with the arguments `prepare2d` gave for these operands' layout, into C-contiguous `c`."""
+    fa, fb, m, n, k, lda, ldb = p
+    _SGEMM(fa, fb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n)
+    return c
+
+
 def _layout3(x: np.ndarray, trans: bool):
     """(trans flag, leading dimension, batch stride, array) of a 3-D float32 operand whose 2-D
     slices are all row- or all column-major with one batch stride (in elements); else a copy."""

@@ -247,8 +247,18 @@ def _buffered(op, fn, h, shape, dt, hs):
     where `fn` has no buffered form."""
     uf = getattr(fn, "ufunc", None)
     if fn is _matmul:
+        layouts: dict = {}  # (strides of a, of b) -> gemm.prepare2d's arguments, or None
+
         def run(a, attrs):
-            return _gemm.matmul(a[0], a[1], bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")),
+            x, y = a[0], a[1]
+            key = (x.strides, y.strides)
+            p = layouts.get(key, False)
+            if p is False:
+                p = layouts[key] = _gemm.prepare2d(x, y, bool(attrs.get("transpose_a")),
+                                                   bool(attrs.get("transpose_b")))
+            if p is not None:
+                return _gemm.run2d(p, x, y, _fresh(h, shape, dt))
+            return _gemm.matmul(x, y, bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")),
                                 _fresh(h, shape, dt))
     elif uf is not None and fn in _INPLACE_FNS:
         if uf.nin == 2:
