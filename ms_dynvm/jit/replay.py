@@ -230,9 +230,20 @@ def _release(n: int) -> None:
 
 def _fresh(h, shape, dt):
     buf = h[0]
-    if buf is None or sys.getrefcount(buf) > 3:  # (the holder, `buf`, getrefcount's argument)
+    if buf is None or sys.getrefcount(buf) > _FRESH_REFS:
         buf = h[0] = np.empty(shape, dt)
     return buf
+
+
+def _fresh_refs() -> int:
+    """The reference count `_fresh` sees for a buffer nothing else refers to (the holder, `buf`,
+    getrefcount's argument: 3 on CPython 3.11), measured the way `_fresh` measures it."""
+    h = [np.empty(1)]
+    buf = h[0]
+    return sys.getrefcount(buf)
+
+
+_FRESH_REFS = _fresh_refs()
 
 
 def _held(x, hs) -> bool:
