@@ -214,7 +214,7 @@ _INPLACE = {
 # --- step buffers kept across runs (`RegionPlan.build`, "Memory reuse") ---------------------------
 # A fresh NumPy array of a few hundred KiB is mmap'ed or taken from a trimmed heap top by glibc's
 # malloc: its first writes page-fault (the attention block at (8, 64) took ~1,300 minor faults per
-# replay, ~1.5 ms of ~5.5). A step that computes a temporary of static shape writes it into a buffer
+# replay, ~2 ms of ~7). A step that computes a temporary of static shape writes it into a buffer
 # the step keeps (its holder, a one-element list) from run to run. The buffer is reused only where
 # nothing but the holder refers to it (its reference count: a result handed out as a tensor, or a
 # view of it, holds it), else the step allocates a new one: results the caller holds never change.
