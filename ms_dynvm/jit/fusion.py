@@ -48,9 +48,10 @@ from ms_dynvm.jit import kernels as _kernels
 
 # Ops a fused kernel computes exactly as the unfused plan does (IEEE-exact arithmetic, selects,
 # moves; erf via erff; the slow elementwise ops the plan already runs on the same C backend).
+# Comparisons and logic: their bool results may feed a select inside a group.
+COMPARE = frozenset(("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not"))
 ARITH = frozenset(("add", "sub", "mul", "div", "neg", "abs", "sqrt", "square", "maximum", "minimum", "relu",
-                   "relu_grad", "bias_add", "where", "cast", "greater", "less", "greater_equal", "less_equal",
-                   "equal", "not_equal", "logical_and", "logical_or", "logical_not", "masked_fill", "fill"))
+                   "relu_grad", "bias_add", "where", "cast", "masked_fill", "fill")) | COMPARE
 VIEWS = frozenset(("reshape", "transpose", "expand_dims", "squeeze", "broadcast_to", "contiguous"))
 # erf/erfc (the C library's, scalar) are left out: a fused loop calling erff measured ~15% slower
 # than erff over a flat array plus NumPy's passes for the rest of the erf-form GELU (the call
@@ -228,7 +229,8 @@ def _ok(ins, types) -> bool:
             return False
     if ins.op in NORMS:  # (the eager formula, equal to the interpreter, is float32's)
         return types[ins.outs[0]].dtype == "f32"
-    return types[ins.outs[0]].dtype in _FLOATS or ins.op in VIEWS
+    out = types[ins.outs[0]].dtype
+    return out in _FLOATS or ins.op in VIEWS or (out == "bool" and ins.op in COMPARE)
 
 
 def _generalized(fn):

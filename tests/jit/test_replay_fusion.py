@@ -237,3 +237,50 @@ def test_step_buffers_have_a_process_wide_budget(monkeypatch):
     del plan
     gc.collect()
     assert replay._total_bytes[0] == before
+
+
+@needs_gcc
+@pytest.mark.parametrize("shape", [(4, 33), (1, 7), (3, 1), (0, 5)])
+def test_fused_selects_casts_and_clamps_equal_the_unfused_plan(shape):
+    """The rest of FUSE_OPS (comparisons feeding where, masked_fill, casts, maximum/minimum, relu,
+    neg, abs, square) fused against the unfused plan (NumPy fast paths and the interpreter), on
+    values with NaN, infinities and signed zeros."""
+    def build():
+        p = Program()
+        x = p.add_input(T("f32", *shape))
+        y = p.add_input(T("f32", *shape))
+        blk = p.new_block()
+        (g,) = p.emit(blk, "gt", (x, y), {}, [T("bool", *shape)])
+        (w,) = p.emit(blk, "where", (g, x, y), {}, [T("f32", *shape)])
+        (mx,) = p.emit(blk, "maximum", (w, y), {}, [T("f32", *shape)])
+        (mn,) = p.emit(blk, "minimum", (mx, 2.5), {}, [T("f32", *shape)])
+        (r,) = p.emit(blk, "relu", (mn,), {}, [T("f32", *shape)])
+        (n,) = p.emit(blk, "neg", (r,), {}, [T("f32", *shape)])
+        (a,) = p.emit(blk, "abs", (x,), {}, [T("f32", *shape)])
+        (sq,) = p.emit(blk, "square", (a,), {}, [T("f32", *shape)])
+        (s,) = p.emit(blk, "add", (n, sq), {}, [T("f32", *shape)])
+        (c,) = p.emit(blk, "cast", (g,), {"dtype": "f32"}, [T("f32", *shape)])
+        (mf,) = p.emit(blk, "masked_fill", (s, g, -7.0), {}, [T("f32", *shape)])
+        (o,) = p.emit(blk, "mul", (mf, c), {}, [T("f32", *shape)])
+        (o2,) = p.emit(blk, "sub", (o, s), {}, [T("f32", *shape)])
+        p.outputs = [int(o2), int(s)]
+        return p, [int(x), int(y)]
+
+    p, ins = build()
+    unfused = RegionPlan.build(p, ins, p.outputs, fuse=False)
+    p2, ins2 = build()
+    fused = RegionPlan.build(p2, ins2, p2.outputs, fuse=True).fuse_now()
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    y = (rng.standard_normal(shape) * 3).astype(np.float32)
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e30], np.float32)
+    x.flat[: min(x.size, 7)] = special[: min(x.size, 7)]
+    y.flat[: min(y.size, 7)] = special[::-1][: min(y.size, 7)]
+    with np.errstate(all="ignore"):
+        want = unfused.run([x, y])
+        got = fused.run([x, y])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert np.array_equal(np.signbit(g), np.signbit(w))
+    if x.size:
+        assert fused.fused, fused.describe()
