@@ -11,7 +11,15 @@ into a flat list of steps over a register file:
   placed by the frontend where the recording shows their results) are spliced in after the last
   register they read.
 `run(arrays)` then executes the steps with NumPy's error state set once, and returns the output
-arrays, each a fresh array the caller may hand out (never a view of an input or of a parameter).
+arrays, each an array the caller may hand out (never a view of an input, of a parameter or of
+another output).
+
+Steady state (see docs/regions.md, "Steady-state costs"): steps that compute a temporary of static
+shape keep their result buffer from run to run (`_fresh`: reused only where nothing but the plan
+refers to it, so an array the caller still holds is never written again); batched matmuls run one C
+loop over oneDNN's GEMM (`jit/gemm.py`); from the first run, chains of elementwise steps and
+LayerNorms are compiled into fused C kernels on the background compile thread (`jit/fusion.py`) and
+swapped in (`unfused_steps` keeps the original list; `fuse_now()` compiles in the caller).
 
 The plan is specialised to the shapes it was recorded with; the frontend keys plans by input
 signature and guards them. This module does not import MindSpore.
@@ -27,6 +35,7 @@ from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
 from ms_dynvm.bytecode.text import Reg
 from ms_dynvm.jit import builtins as _builtins
+from ms_dynvm.jit import fusion as _fusion
 from ms_dynvm.jit import gemm as _gemm
 from ms_dynvm.jit import kernels as _kernels
 from ms_dynvm.runtime import interpreter as _interp
@@ -133,6 +142,7 @@ def _binary(ufunc):
     def run(a, attrs):
         return ufunc(a[0], a[1])
     run.__name__ = ufunc.__name__
+    run.ufunc = ufunc
     return run
 
 
@@ -140,6 +150,7 @@ def _unary(ufunc):
     def run(a, attrs):
         return ufunc(a[0])
     run.__name__ = ufunc.__name__
+    run.ufunc = ufunc
     return run
 
 
@@ -175,6 +186,7 @@ def _inplace_binary(ufunc):
             return ufunc(x, a[1], out=x)
         return ufunc(x, a[1])
     run.__name__ = ufunc.__name__ + "_"
+    run.ufunc = ufunc
     return run
 
 
@@ -185,6 +197,7 @@ def _inplace_unary(ufunc):
             return ufunc(x, out=x)
         return ufunc(x)
     run.__name__ = ufunc.__name__ + "_"
+    run.ufunc = ufunc
     return run
 
 
@@ -205,6 +218,121 @@ _INPLACE = {
     "minimum": _inplace_binary(np.minimum), "neg": _inplace_unary(np.negative), "exp": _inplace_unary(np.exp),
     "sqrt": _inplace_unary(np.sqrt), "square": _inplace_unary(np.square), "abs": _inplace_unary(np.abs),
 }
+# --- step buffers kept across runs (`RegionPlan.build`, "Memory reuse") ---------------------------
+# A fresh NumPy array of a few hundred KiB is mmap'ed or taken from a trimmed heap top by glibc's
+# malloc: its first writes page-fault (the attention block at (8, 64) took ~1,300 minor faults per
+# replay, ~2 ms of ~7). A step that computes a temporary of static shape writes it into a buffer
+# the step keeps (its holder, a one-element list) from run to run. The buffer is reused only where
+# nothing but the holder refers to it (its reference count: a result handed out as a tensor, or a
+# view of it, holds it), else the step allocates a new one: results the caller holds never change.
+MAX_BUFFER_BYTES = 1 << 26  # per step; larger results are allocated per run
+MAX_PLAN_BUFFER_BYTES = 1 << 27  # per plan
+MAX_TOTAL_BUFFER_BYTES = 1 << 29  # all live plans of the process (a plan's share returns when it goes)
+_total_bytes = [0]
+
+
+def _release(n: int) -> None:
+    _total_bytes[0] -= n
+
+
+def _fresh(h, shape, dt):
+    buf = h[0]
+    if buf is None or sys.getrefcount(buf) > _FRESH_REFS:
+        buf = h[0] = np.empty(shape, dt)
+    return buf
+
+
+def _fresh_refs() -> int:
+    """The reference count `_fresh` sees for a buffer nothing else refers to (the holder, `buf`,
+    getrefcount's argument: 3 on CPython 3.11), measured the way `_fresh` measures it."""
+    h = [np.empty(1)]
+    buf = h[0]
+    return sys.getrefcount(buf)
+
+
+_FRESH_REFS = _fresh_refs()
+
+
+def _held(x, hs) -> bool:
+    """`x` is the buffer of one of holders `hs` and only the plan refers to it (see _reusable: +1
+    for the holder, +1 for this call)."""
+    return sys.getrefcount(x) <= _OWN_REFS + 2 and any(h[0] is x for h in hs)
+
+
+def _buffered(op, fn, h, shape, dt, hs):
+    """Step function `fn` writing into the buffer of holder `h`; `hs`: the holders whose buffer an
+    in-place step's first operand may be (it writes there where only the plan refers to it). None
+    where `fn` has no buffered form."""
+    uf = getattr(fn, "ufunc", None)
+    if fn is _matmul:
+        layouts: dict = {}  # (strides of a, of b) -> gemm.prepare2d's arguments, or None
+
+        def run(a, attrs):
+            x, y = a[0], a[1]
+            key = (x.strides, y.strides)
+            p = layouts.get(key, False)
+            if p is False:
+                p = layouts[key] = _gemm.prepare2d(x, y, bool(attrs.get("transpose_a")),
+                                                   bool(attrs.get("transpose_b")))
+            if p is not None:
+                return _gemm.run2d(p, x, y, _fresh(h, shape, dt))
+            return _gemm.matmul(x, y, bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")),
+                                _fresh(h, shape, dt))
+    elif uf is not None and fn in _INPLACE_FNS:
+        if uf.nin == 2:
+            def run(a, attrs):
+                x = a[0]
+                if _reusable(x) or _held(x, hs):
+                    return uf(x, a[1], out=x)
+                return uf(x, a[1], out=_fresh(h, shape, dt))
+        else:
+            def run(a, attrs):
+                x = a[0]
+                if _reusable(x) or _held(x, hs):
+                    return uf(x, out=x)
+                return uf(x, out=_fresh(h, shape, dt))
+    elif uf is not None:
+        if uf.nin == 2:
+            def run(a, attrs):
+                return uf(a[0], a[1], out=_fresh(h, shape, dt))
+        else:
+            def run(a, attrs):
+                return uf(a[0], out=_fresh(h, shape, dt))
+    elif fn is _bias_add or fn is _bias_add_:
+        inplace = fn is _bias_add_
+
+        def run(a, attrs):
+            x, b = a[0], a[1]
+            axis = attrs.get("axis", 1) % x.ndim
+            bs = [1] * x.ndim
+            bs[axis] = b.shape[0]
+            if inplace and (_reusable(x) or _held(x, hs)):
+                return np.add(x, b.reshape(bs), out=x)
+            return np.add(x, b.reshape(bs), out=_fresh(h, shape, dt))
+    elif getattr(fn, "flat", None) is not None:  # a flat C kernel (`_compiled`)
+        k = fn.flat
+
+        def run(a, attrs):
+            return k([x for x in a if isinstance(x, np.ndarray)], _fresh(h, shape, dt))
+        run.__name__ = fn.__name__
+        run.inplace = False
+        return run
+    elif fn is _softmax:
+        def run(a, attrs):
+            x = a[0]
+            ax = _axis1(attrs)
+            e = np.subtract(x, np.max(x, axis=ax, keepdims=True), out=_fresh(h, shape, dt))
+            np.exp(e, out=e)
+            return np.divide(e, np.sum(e, axis=ax, keepdims=True), out=e)
+    else:
+        return None
+    run.__name__ = fn.__name__
+    run.how = "numpy"
+    run.inplace = fn in _INPLACE_FNS
+    return run
+
+
+_INPLACE_FNS = frozenset(_INPLACE.values())
 _FLOATS = frozenset(("f32", "f64"))
 # Ops the fast path may run on any dtype (they move or pick elements, no arithmetic).
 _ANY_DTYPE = frozenset(("reshape", "transpose", "tile"))
@@ -278,6 +406,7 @@ def _compiled(ins, attrs, types):
     def run(args, attrs, k=k):
         return k([a for a in args if isinstance(a, np.ndarray)])
     run.__name__ = f"kernel[{ins.op}]"
+    run.flat = k
     return run
 
 
@@ -312,30 +441,44 @@ class RegionPlan:
         self.consts = consts
         self.nregs = nregs
         self.out_dts = [dtypes.to_numpy(types[r].dtype) for r in out_regs]
+        self._types = types
         self.n_out = len(out_regs)  # (the caller's outputs; registers past them it uses itself)
         self.opt_steps: list = []  # set by frontend/regions.py: optimizer steps run after the program
-        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values())
-        self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values())
+        self.n_fast = sum(1 for s in steps if s.fn in _FAST.values() or s.fn in _INPLACE.values()
+                          or getattr(s.fn, "how", "") == "numpy")
+        self.n_inplace = sum(1 for s in steps if s.fn in _INPLACE.values() or getattr(s.fn, "inplace", False))
+        self.holders = None
+        self.unfused_steps = steps
+        self._fuse = None  # (keep, types): fusion not started; a Future while compiling; None: done
+        self.fused: list = []  # the fused groups swapped in: (first step, end step, op names)
 
     def describe(self) -> dict:
         """How the steps run: op -> how many run by a NumPy fast path, a compiled kernel, the
-        reference interpreter."""
+        reference interpreter (a fused step: op "fused", how "fused")."""
         out: dict = {}
         fast = set(_FAST.values()) | set(_INPLACE.values())
         for s in self.steps:
-            how = "numpy" if s.fn in fast else "kernel" if s.fn.__name__.startswith("kernel[") else "interpreter"
+            name = getattr(s.fn, "__name__", "")
+            if s.fn in fast or getattr(s.fn, "how", "") == "numpy":
+                how = "numpy"
+            elif name.startswith("kernel["):
+                how = "kernel"
+            else:
+                how = "fused" if name.startswith("fused[") else "interpreter"
             d = out.setdefault(s.op, {})
             d[how] = d.get(how, 0) + 1
         return out
 
     @classmethod
     def build(cls, program, inputs: list, outputs: list, extra: list = (), optimize: bool = True,
-              call_handler=None) -> "RegionPlan":
+              call_handler=None, fuse: bool | None = None) -> "RegionPlan":
         """`inputs`: the registers the caller supplies arrays for, in order; `outputs`: the registers
         returned; `extra`: groups (lists) of Instr objects to splice in, each group contiguously
         (their result types in `program.types`); `call_handler(instr, arrays) -> arrays` runs the
         program's opaque `call`s (ops the VM does not model: one MindSpore dispatch each), else a
-        program holding one is not plannable."""
+        program holding one is not plannable. `fuse`: whether chains of elementwise steps are
+        compiled into fused kernels in the background from the first run (`jit/fusion.py`; default:
+        unless the environment sets DYNVM_REPLAY_FUSE=0)."""
         types = program.types
         instrs = list(program.instrs())
         for ins in instrs:
@@ -396,6 +539,11 @@ class RegionPlan:
                     last[int(a)] = i
         ext = set(int(r) for r in inputs) | set(program.consts) | set(int(r) for r in outputs)
         steps = []
+        # Step buffers kept across runs (see `_fresh`); not in plans with opaque calls (MindSpore
+        # may hold on to what it is handed without a reference NumPy sees).
+        arena = not any(ins.op == "call" for ins in keep)
+        holders: dict = {}  # register -> the holders whose buffer may hold its value
+        arena_bytes = 0
         for i, ins in enumerate(keep):
             if ins.op == "call":
                 mask = tuple(isinstance(a, Reg) for a in ins.args)
@@ -414,12 +562,103 @@ class RegionPlan:
             mask = tuple(isinstance(a, Reg) for a in ins.args)
             args = tuple(int(a) if m else a for a, m in zip(ins.args, mask))
             dts = tuple(dtypes.to_numpy(types[r].dtype) for r in ins.outs)
+            if arena and len(ins.outs) == 1:
+                t = types[ins.outs[0]]
+                shape = tuple(t.shape)
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dts[0].itemsize if \
+                    all(type(d) is int for d in shape) else None
+                if nbytes is not None and nbytes <= MAX_BUFFER_BYTES and arena_bytes + nbytes <= MAX_PLAN_BUFFER_BYTES \
+                        and _total_bytes[0] + arena_bytes + nbytes <= MAX_TOTAL_BUFFER_BYTES:
+                    h = [None]
+                    hs = holders.get(int(ins.args[0]), ()) if fn in _INPLACE_FNS and mask[0] else ()
+                    bfn = _buffered(ins.op, fn, h, shape, dts[0], hs)
+                    if bfn is not None:
+                        fn = bfn
+                        arena_bytes += nbytes
+                        holders[ins.outs[0]] = hs + (h,)
             steps.append(_Step(ins.op, fn, args, mask, attrs, tuple(ins.outs), dts))
         consts = {int(r): _interp._to_declared(c, types[r]) for r, c in program.consts.items()}
         nregs = 1 + max([int(r) for r in have] + [0])
-        return cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
+        plan = cls(steps, [int(r) for r in inputs], [int(r) for r in outputs], consts, nregs, types)
+        plan.holders = holders if arena else None
+        plan.arena_bytes = arena_bytes
+        if arena_bytes:
+            import weakref
+
+            _total_bytes[0] += arena_bytes
+            weakref.finalize(plan, _release, arena_bytes)
+        if _fusion.ENABLED if fuse is None else fuse:
+            plan._types = dict(types)
+            plan._fuse = (keep, plan._types)
+        return plan
+
+    # --- fused kernels (jit/fusion.py) -------------------------------------------------------------
+    def _fuse_job(self, keep, types):
+        """[(candidate, kernel or the exception)] for the plan's fusible groups (any thread)."""
+        done = []
+        for cand in _fusion.candidates(keep, types, self.out_regs):
+            try:
+                done.append((cand, _fusion.compile_candidate(cand.fn)))
+            except Exception as e:  # noqa: BLE001 - a group that cannot be built stays unfused
+                done.append((cand, e))
+        return done
+
+    def _fuse_poll(self) -> None:
+        f = self._fuse
+        if type(f) is tuple:  # first run: start compiling
+            from ms_dynvm.jit.compile import compile_pool
+
+            try:
+                self._fuse = compile_pool().submit(self._fuse_job, *f)
+            except RuntimeError:  # (the pool is shut down: interpreter exit) the plan stays unfused
+                self._fuse = None
+            return
+        if f.done():
+            self._fuse = None
+            try:
+                done = f.result()
+            except Exception as e:  # noqa: BLE001 - fusion is an optimisation: keep the plan unfused
+                _fusion.warn_failed(e)
+                return
+            self._install_fused(done)
+
+    def fuse_now(self) -> "RegionPlan":
+        """Compile and swap in the fused kernels now, in the caller (tests, benchmarks)."""
+        f = self._fuse
+        if f is None:
+            return self
+        self._fuse = None
+        self._install_fused(f.result() if type(f) is not tuple else self._fuse_job(*f))
+        return self
+
+    def _install_fused(self, done) -> None:
+        types = self._types
+        by_lo = {}
+        for cand, k in done:
+            if isinstance(k, Exception):
+                _fusion.warn_failed(k)
+                continue
+            fn = _fusion.fused_step_fn(k, cand, types, self.holders)
+            dts = tuple(dtypes.to_numpy(types[r].dtype) for r in cand.outs)
+            by_lo[cand.lo] = (cand.hi, _Step("fused", fn, tuple(cand.params), (True,) * len(cand.params), {},
+                                             tuple(cand.outs), dts))
+        if not by_lo:
+            return
+        steps, i, base = [], 0, self.unfused_steps
+        while i < len(base):
+            if i in by_lo:
+                hi, st = by_lo[i]
+                steps.append(st)
+                self.fused.append((i, hi, [s.op for s in base[i:hi]]))
+                i = hi
+            else:
+                steps.append(base[i])
+                i += 1
+        self.steps = steps
 
     def run(self, arrays: list) -> list:
+        if self._fuse is not None:
+            self._fuse_poll()
         vals = [None] * self.nregs
         for r, a in zip(self.in_regs, arrays):
             vals[r] = a

@@ -131,6 +131,30 @@ def test_gemm_matches_numpy(sa, sb, ta, tb):
     np.testing.assert_allclose(gemm.matmul(at, b, ta, tb), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("sa,sb,ta,tb", [((8, 64, 64), (8, 64, 64), False, True), ((3, 5, 7), (3, 7, 4), False, False),
+                                         ((4, 6, 5), (4, 7, 6), True, True), ((2, 1, 4, 5), (3, 5, 6), False, False),
+                                         ((1, 1, 1), (1, 1, 1), False, False), ((0, 3, 5), (0, 5, 2), False, False),
+                                         ((2, 0, 5), (2, 5, 3), False, False), ((2, 3, 0), (2, 0, 4), False, False)])
+def test_batched_gemm_c_loop_equals_one_gemm_per_batch(sa, sb, ta, tb, monkeypatch):
+    """The C batch loop (builtins.batched_sgemm) runs the same GEMM per batch as the Python loop:
+    the same bits, on contiguous, transposed (column-major) and broadcast (batch stride 0) operands."""
+    if gemm.BACKEND != "onednn" or builtins.batched_sgemm() is None:
+        pytest.skip("no oneDNN or no C compiler")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    bt = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)  # a transposed view
+    assert gemm._batch_loop() is not None  # (the library is loaded: the C loop serves)
+    got = [gemm.matmul(a, b, ta, tb), gemm.matmul(a, bt, ta, tb)]
+    monkeypatch.setattr(gemm, "_LOOP", [None])  # the Python loop, one dnnl_sgemm per batch
+    wants = [gemm.matmul(a, b, ta, tb), gemm.matmul(a, bt, ta, tb)]
+    for g, want in zip(got, wants):
+        assert g.shape == want.shape
+        np.testing.assert_array_equal(g, want)
+    ref = np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+    np.testing.assert_allclose(want, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_segment_sum_builtin_equals_the_interpreter():
     from ms_dynvm.runtime.interpreter import IMPLS
 
@@ -213,3 +237,48 @@ def test_relu_and_its_gradient_fast_paths_give_the_masked_selects_bits(dt):
     y = rng.standard_normal((6, 8)).astype(dt)
     d = rng.standard_normal((8, 6)).astype(dt).T
     assert (rp._relu_grad([d, y], {}).view(u) == np.where(y > 0, d, zero).view(u)).all()
+
+
+def test_step_buffers_are_reused_across_runs_but_never_under_a_held_result():
+    """Steps keep their result buffers from run to run (no page faults per replay), but an array the
+    caller still holds (an output, or a view of one) is never written by a later run."""
+    p = Program()
+    x = p.add_input(T("f32", 16, 32))
+    w = p.add_input(T("f32", 8, 32), "param", "w")
+    b = p.add_input(T("f32", 8))
+    blk = p.new_block()
+    (h,) = p.emit(blk, "matmul", (x, w), {"transpose_a": False, "transpose_b": True}, [T("f32", 16, 8)])
+    (y,) = p.emit(blk, "bias_add", (h, b), {"axis": 1}, [T("f32", 16, 8)])
+    (e,) = p.emit(blk, "exp", (y,), {}, [T("f32", 16, 8)])
+    (s,) = p.emit(blk, "softmax", (e,), {"axis": -1}, [T("f32", 16, 8)])
+    (m,) = p.emit(blk, "mul", (s, 3.0), {}, [T("f32", 16, 8)])
+    (a,) = p.emit(blk, "add", (m, y), {}, [T("f32", 16, 8)])
+    p.outputs = [int(a), int(s)]
+    plan = RegionPlan.build(p, [int(x), int(w), int(b)], p.outputs, optimize=False, fuse=False)
+    assert plan.arena_bytes > 0
+    rng = np.random.default_rng(8)
+
+    def inputs():
+        return [rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((8, 32)).astype(np.float32),
+                rng.standard_normal(8).astype(np.float32)]
+
+    held, copies = [], []
+    for k in range(4):
+        arrays = inputs()
+        outs = plan.run(arrays)
+        want = interpret(p, arrays)
+        for g, wv in zip(outs, want):
+            np.testing.assert_allclose(g, wv, rtol=2e-6, atol=1e-6)
+        assert not np.shares_memory(outs[0], outs[1])
+        if k % 2 == 0:  # hold these (and a view of one) across the next runs
+            held.append((outs, outs[0][::2]))
+            copies.append([o.copy() for o in outs])
+    for (outs, view), cp in zip(held, copies):
+        for o, c in zip(outs, cp):
+            np.testing.assert_array_equal(o, c)
+        np.testing.assert_array_equal(view, cp[0][::2])
+    # temporaries (the product, exp) keep their buffer from run to run
+    plan.run(inputs())
+    bufs = [id(plan.holders[int(r)][-1][0]) for r in (h, e)]  # (ids: a reference would pin them)
+    plan.run(inputs())
+    assert [id(plan.holders[int(r)][-1][0]) for r in (h, e)] == bufs
