@@ -282,6 +282,8 @@ def main() -> int:
     ms.runtime.launch_blocking()
     names = [n for n in WORKLOADS if not args.only or n in args.only.split(",")]
     configs = ["eager", "dynvm"] + ([] if args.no_msjit else ["ms.jit"])
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    load0 = os.getloadavg()
     print(f"CPU: {cpu_name()}; {os.cpu_count()} cores; MindSpore {ms.__version__}; "
           f"{args.rounds} rounds x {args.steps} steps; {time.strftime('%Y-%m-%d %H:%M')}")
     results = {}
@@ -342,7 +344,8 @@ def main() -> int:
                   f"not replayable {d['regions_not_replayable']}; guard failures {d['region_guard_failures']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": cpu_name(), "cores": os.cpu_count(), "results": results}, f, indent=1)
+            json.dump({"cpu": cpu_name(), "cores": os.cpu_count(), "started_utc": started,
+                       "loadavg_start": load0, "loadavg_end": os.getloadavg(), "results": results}, f, indent=1)
     return 0
 
 
