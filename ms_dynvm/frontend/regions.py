@@ -64,6 +64,8 @@ import re
 import statistics
 import threading
 import time
+from itertools import chain as _chain, repeat as _repeat
+from operator import attrgetter as _attrgetter, is_ as _is, methodcaller as _methodcaller
 from typing import NamedTuple
 
 import numpy as np
@@ -310,23 +312,41 @@ class _Entry:
         self.shapes = lr.plan.in_shapes
         self.param_views = []
         guards = []
+        template = [None] * len(self.roles)
+        args, held = [], []
         for k, (role, obj) in enumerate(self.roles):
             if role == "param":
                 ptr = obj._data_ptr()
-                self.param_views.append([k, obj, ptr, _view(obj, self.dts[k], self.shapes[k])])
+                view = _view(obj, self.dts[k], self.shapes[k])
+                self.param_views.append([k, obj, ptr, view])
+                # (the view is valid while the storage guard holds: same data pointer, shape, dtype)
+                template[k] = view
                 guards.append(RegionGuard("storage", obj, (ptr, self.shapes[k], str(obj.dtype))))
+            elif role == "arg":
+                args.append((k, obj, self.dts[k], self.shapes[k]))
+            elif role == "held":
+                held.append((k, obj, self.dts[k], self.shapes[k]))
+        self.template, self.arg_slots, self.held_slots = template, tuple(args), tuple(held)
         for cell, state in self.cells:
             guards.append(RegionGuard("training", cell, dict(state).get("training")))
             guards.append(RegionGuard("state", cell, (len(cell.__dict__), state)))
         self.guards = tuple(guards)
+        self.fast = _FastGuards(self.guards)
         self.state = "replay"
 
     def guard(self) -> str | None:
-        """None where the plan may run, else the reason (`check_guards`)."""
+        """None where the plan may run, else the reason (`check_guards`). The guards' fast form
+        (`_FastGuards`) passes only where they all pass; where it does not, the guards run as data
+        (and a pass there, an attribute rebound to an equal value, refreshes the fast form)."""
         for st, _, _ in self.plan.opt_steps:
             if st.state != "replay" or any(t._data_ptr() != ptr for t, ptr in st.ptrs):
                 return "optimizer state"
-        return check_guards(self.guards)
+        if self.fast.ok():
+            return None
+        why = check_guards(self.guards)
+        if why is None:
+            self.fast = _FastGuards(self.guards)
+        return why
 
 
 class RegionGuard(NamedTuple):
@@ -341,6 +361,85 @@ class RegionGuard(NamedTuple):
 
 
 _GUARD_REASON = {"storage": "parameter storage", "training": "training flag", "state": "python state"}
+
+
+_SHAPE_OF, _DTYPE_OF = _attrgetter("shape"), _attrgetter("dtype")  # (what the guards read)
+_TRAINING_OF = _attrgetter("training")
+_DICT_OF = _attrgetter("__dict__")
+_VALUES = _methodcaller("values")
+
+
+class _FastGuards:
+    """The guards of one plan (`check_guards`) in a form that is quick to check, made where they all
+    pass: a snapshot of the objects they read, compared by identity with a few C-level scans over
+    all the plan's Parameters and cells. Passing it means every object the guards read is the one
+    read when the guards passed, so they pass; failing it says nothing (the guards then run as data):
+    - storage: each Parameter's data pointer, shape and dtype (dtypes are singletons: by identity);
+    - training: each cell's flag;
+    - state: each cell's `__dict__` (the same dict, its number of attributes), its tracked attributes'
+      values (the same objects: plain values, tensors, containers), and the containers' contents:
+      for dicts (MindSpore's name -> object maps, the cell's own dicts) the same keys and values in
+      the same order, for lists and sets the same length."""
+
+    __slots__ = ("params", "ptrs", "shapes", "dtypes", "cells", "trainings", "dicts", "ns",
+                 "dicts_k", "keys", "vals", "maps", "map_ns", "full", "map_keys", "map_vals", "seqs", "seq_ns",
+                 "usable")
+
+    def __init__(self, guards: tuple) -> None:
+        self.usable = check_guards(guards) is None
+        st = [g.obj for g in guards if g.kind == "storage"]
+        self.params = tuple(st)
+        self.ptrs = tuple(TensorPy._data_ptr(o) for o in st)
+        self.shapes = tuple(map(_SHAPE_OF, st))
+        self.dtypes = tuple(map(_DTYPE_OF, st))
+        tr = [g.obj for g in guards if g.kind == "training"]
+        self.cells = tuple(tr)
+        self.trainings = tuple(map(_TRAINING_OF, tr))
+        dicts, ns, dicts_k, keys, vals, maps, seqs = [], [], [], [], [], [], []
+        for g in guards:
+            if g.kind != "state":
+                continue
+            d = g.obj.__dict__
+            if len(d) != g.value[0]:
+                # (the guard then compares every attribute, untracked ones included: not this form's)
+                self.usable = False
+            dicts.append(d)
+            ns.append(len(d))
+            for k, v in g.value[1]:
+                x = d.get(k, _UNTRACKED)
+                if x is _UNTRACKED or (type(x) is float and x != x):
+                    self.usable = False  # (a NaN attribute never passes the guard)
+                dicts_k.append(d)
+                keys.append(k)
+                vals.append(x)
+                if type(x) in _MAPS:
+                    maps.append(x)
+                elif type(x) in _CONTAINERS:
+                    seqs.append(x)
+        self.dicts, self.ns = tuple(dicts), tuple(ns)
+        self.dicts_k, self.keys, self.vals = tuple(dicts_k), tuple(keys), tuple(vals)
+        self.maps, self.map_ns = tuple(maps), tuple(map(len, maps))
+        full = [x for x in maps if x]  # (an empty one: its length says all)
+        self.full = tuple(full)
+        self.map_keys = tuple(_chain.from_iterable(full))
+        self.map_vals = tuple(_chain.from_iterable(map(_VALUES, full)))
+        self.seqs, self.seq_ns = tuple(seqs), tuple(map(len, seqs))
+
+    def ok(self) -> bool:
+        is_ = _is
+        p = self.params
+        return (self.usable
+                and tuple(map(TensorPy._data_ptr, p)) == self.ptrs
+                and tuple(map(_SHAPE_OF, p)) == self.shapes
+                and all(map(is_, map(_DTYPE_OF, p), self.dtypes))
+                and all(map(is_, map(_TRAINING_OF, self.cells), self.trainings))
+                and all(map(is_, map(_DICT_OF, self.cells), self.dicts))
+                and tuple(map(len, self.dicts)) == self.ns
+                and all(map(is_, map(dict.get, self.dicts_k, self.keys, _repeat(_UNTRACKED)), self.vals))
+                and tuple(map(len, self.maps)) == self.map_ns
+                and all(map(is_, _chain.from_iterable(self.full), self.map_keys))
+                and all(map(is_, _chain.from_iterable(map(_VALUES, self.full)), self.map_vals))
+                and tuple(map(len, self.seqs)) == self.seq_ns)
 
 
 def check_guards(guards: tuple) -> str | None:
@@ -769,15 +868,11 @@ class Regions:
 
     @staticmethod
     def _arrays(entry: _Entry, flat: list) -> list:
-        roles, dts, shapes = entry.roles, entry.dts, entry.shapes
-        arrays = [None] * len(roles)
-        for pv in entry.param_views:
-            arrays[pv[0]] = pv[3]
-        for k, (role, obj) in enumerate(roles):
-            if role == "arg":
-                arrays[k] = _view(flat[obj], dts[k], shapes[k])
-            elif role == "held":
-                arrays[k] = _view(obj, dts[k], shapes[k])
+        arrays = entry.template.copy()  # (the parameters' views, made at install: see _Entry.install)
+        for k, i, dt, shape in entry.arg_slots:
+            arrays[k] = _view(flat[i], dt, shape)
+        for k, obj, dt, shape in entry.held_slots:
+            arrays[k] = _view(obj, dt, shape)
         return arrays
 
     def _learn(self, region: Region, entry: _Entry, run, flat: list):
