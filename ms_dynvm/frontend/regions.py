@@ -104,6 +104,7 @@ _INNER = "_ms_dynvm_inner_region"
 _OUTER = "_ms_dynvm_outer_region"
 from mindspore.nn.optim.optimizer import Optimizer as _Optimizer  # noqa: E402
 _is_contiguous = TensorPy.is_contiguous
+_DATA_PTR = TensorPy._data_ptr
 _F32 = np.dtype(np.float32)
 # MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
 # script's Python state. `training` stays in (a guard of its own in the issue's terms).
@@ -313,7 +314,7 @@ class _Entry:
         self.param_views = []
         guards = []
         template = [None] * len(self.roles)
-        args, held = [], []
+        args, held, kept = [], [], []
         for k, (role, obj) in enumerate(self.roles):
             if role == "param":
                 ptr = obj._data_ptr()
@@ -325,14 +326,27 @@ class _Entry:
             elif role == "arg":
                 args.append((k, obj, self.dts[k], self.shapes[k]))
             elif role == "held":
-                held.append((k, obj, self.dts[k], self.shapes[k]))
+                if _is_contiguous(obj):  # (its view, kept while its data pointer stays: `_held_views`)
+                    template[k] = _view(obj, self.dts[k], self.shapes[k])
+                    kept.append((k, obj))
+                else:
+                    held.append((k, obj, self.dts[k], self.shapes[k]))
         self.template, self.arg_slots, self.held_slots = template, tuple(args), tuple(held)
+        self.kept_objs = tuple(o for _, o in kept)
+        self.kept_ptrs = tuple(map(_DATA_PTR, self.kept_objs))
+        self.kept = tuple(kept)
         for cell, state in self.cells:
             guards.append(RegionGuard("training", cell, dict(state).get("training")))
             guards.append(RegionGuard("state", cell, (len(cell.__dict__), state)))
         self.guards = tuple(guards)
         self.fast = _FastGuards(self.guards)
         self.state = "replay"
+
+    def held_views(self) -> None:
+        """The held tensors' views made again (a held tensor's storage moved)."""
+        for k, obj in self.kept:
+            self.template[k] = _view(obj, self.dts[k], self.shapes[k])
+        self.kept_ptrs = tuple(map(_DATA_PTR, self.kept_objs))
 
     def guard(self) -> str | None:
         """None where the plan may run, else the reason (`check_guards`). The guards' fast form
@@ -389,7 +403,7 @@ class _FastGuards:
         self.usable = check_guards(guards) is None
         st = [g.obj for g in guards if g.kind == "storage"]
         self.params = tuple(st)
-        self.ptrs = tuple(TensorPy._data_ptr(o) for o in st)
+        self.ptrs = tuple(map(_DATA_PTR, st))
         self.shapes = tuple(map(_SHAPE_OF, st))
         self.dtypes = tuple(map(_DTYPE_OF, st))
         tr = [g.obj for g in guards if g.kind == "training"]
@@ -429,7 +443,7 @@ class _FastGuards:
         is_ = _is
         p = self.params
         return (self.usable
-                and tuple(map(TensorPy._data_ptr, p)) == self.ptrs
+                and tuple(map(_DATA_PTR, p)) == self.ptrs
                 and tuple(map(_SHAPE_OF, p)) == self.shapes
                 and all(map(is_, map(_DTYPE_OF, p), self.dtypes))
                 and all(map(is_, map(_TRAINING_OF, self.cells), self.trainings))
@@ -868,7 +882,9 @@ class Regions:
 
     @staticmethod
     def _arrays(entry: _Entry, flat: list) -> list:
-        arrays = entry.template.copy()  # (the parameters' views, made at install: see _Entry.install)
+        if entry.kept and tuple(map(_DATA_PTR, entry.kept_objs)) != entry.kept_ptrs:
+            entry.held_views()
+        arrays = entry.template.copy()  # (the parameters' and held tensors' views: see _Entry.install)
         for k, i, dt, shape in entry.arg_slots:
             arrays[k] = _view(flat[i], dt, shape)
         for k, obj, dt, shape in entry.held_slots:

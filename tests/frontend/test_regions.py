@@ -1023,3 +1023,23 @@ def test_fast_guards_not_used_where_the_guard_compares_every_attribute(vm):
     assert entry.guard() is None and not entry.fast.ok()
     net.other = 7  # (now plain: the guard's full comparison sees it)
     assert entry.guard() == "python state"
+
+
+def test_held_tensor_views_follow_their_storage(vm):
+    """A tensor the plan holds (no Parameter, no argument) is read through a view kept from install
+    while its data pointer stays; where its storage moves, the view is made again."""
+    net = Head()
+    _init(net, 2)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    entry = _entry(net)
+    assert len(entry.kept) == 1
+    (k, held), = entry.kept
+    view = entry.template[k]
+    np.testing.assert_allclose(net(x).asnumpy(), _eager_out(net, x), rtol=1e-6)
+    assert entry.template[k] is view  # (kept)
+    held.assign_value(ms.Tensor(np.full(4, 3.0, np.float32)))  # (new contents, maybe new storage)
+    net(x)
+    assert entry.kept_ptrs == (held._data_ptr(),)
+    np.testing.assert_array_equal(entry.template[k], np.full(4, 3.0, np.float32))  # (what the plan reads)
