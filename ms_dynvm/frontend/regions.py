@@ -392,11 +392,11 @@ class _FastGuards:
     - training: each cell's flag;
     - state: each cell's `__dict__` (the same dict, its number of attributes), its tracked attributes'
       values (the same objects: plain values, tensors, containers), and the containers' contents:
-      for dicts (MindSpore's name -> object maps, the cell's own dicts) the same keys and values in
-      the same order, for lists and sets the same length."""
+      for dicts (MindSpore's name -> object maps, the cell's own dicts) the same length, the same keys
+      in the same order and the same value under each key; for lists and sets the same length."""
 
     __slots__ = ("params", "ptrs", "shapes", "dtypes", "cells", "trainings", "dicts", "ns",
-                 "dicts_k", "keys", "vals", "maps", "map_ns", "full", "map_keys", "map_vals", "seqs", "seq_ns",
+                 "dicts_k", "keys", "vals", "maps", "map_ns", "full", "map_of", "map_keys", "map_vals", "seqs", "seq_ns",
                  "usable")
 
     def __init__(self, guards: tuple) -> None:
@@ -435,7 +435,8 @@ class _FastGuards:
         self.maps, self.map_ns = tuple(maps), tuple(map(len, maps))
         full = [x for x in maps if x]  # (an empty one: its length says all)
         self.full = tuple(full)
-        self.map_keys = tuple(_chain.from_iterable(full))
+        self.map_keys = tuple(_chain.from_iterable(full))  # (in the maps' order)
+        self.map_of = tuple(_chain.from_iterable([x] * len(x) for x in full))  # (the map of each key)
         self.map_vals = tuple(_chain.from_iterable(map(_VALUES, full)))
         self.seqs, self.seq_ns = tuple(seqs), tuple(map(len, seqs))
 
@@ -452,7 +453,7 @@ class _FastGuards:
                 and all(map(is_, map(dict.get, self.dicts_k, self.keys, _repeat(_UNTRACKED)), self.vals))
                 and tuple(map(len, self.maps)) == self.map_ns
                 and all(map(is_, _chain.from_iterable(self.full), self.map_keys))
-                and all(map(is_, _chain.from_iterable(map(_VALUES, self.full)), self.map_vals))
+                and all(map(is_, map(dict.get, self.map_of, self.map_keys, _repeat(_UNTRACKED)), self.map_vals))
                 and tuple(map(len, self.seqs)) == self.seq_ns)
 
 
