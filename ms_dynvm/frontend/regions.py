@@ -400,7 +400,10 @@ class _FastGuards:
                  "usable")
 
     def __init__(self, guards: tuple) -> None:
-        self.usable = check_guards(guards) is None
+        try:
+            self.usable = check_guards(guards) is None
+        except Exception:  # noqa: BLE001 - a guard that cannot be read: no fast form (the guards decide)
+            self.usable = False
         st = [g.obj for g in guards if g.kind == "storage"]
         self.params = tuple(st)
         self.ptrs = tuple(map(_DATA_PTR, st))
