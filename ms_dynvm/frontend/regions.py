@@ -298,6 +298,9 @@ class _Entry:
         self.dts = None
         self.shapes = None
         self.param_views: list = []  # (index in roles, Parameter, data pointer, view)
+        self.fast = None  # _FastGuards, from install
+        self.fast_builds = 0
+        self.template = None  # the plan's input arrays with the kept views in place, from install
         self.eager_s = float("inf")
         self.replay_s: list = []
         self.replays = 0
@@ -340,6 +343,7 @@ class _Entry:
             guards.append(RegionGuard("state", cell, (len(cell.__dict__), state)))
         self.guards = tuple(guards)
         self.fast = _FastGuards(self.guards)
+        self.fast_builds = 0
         self.state = "replay"
 
     def held_views(self) -> None:
@@ -358,8 +362,9 @@ class _Entry:
         if self.fast.ok():
             return None
         why = check_guards(self.guards)
-        if why is None:
-            self.fast = _FastGuards(self.guards)
+        if why is None and self.fast_builds < _FAST_BUILDS:
+            self.fast_builds += 1  # (bounded: a form that keeps failing is not made again every call)
+            self.fast = _FastGuards(self.guards, passed=True)
         return why
 
 
@@ -378,6 +383,7 @@ _GUARD_REASON = {"storage": "parameter storage", "training": "training flag", "s
 
 
 _SHAPE_OF, _DTYPE_OF = _attrgetter("shape"), _attrgetter("dtype")  # (what the guards read)
+_FAST_BUILDS = 16  # times a signature's fast guard form is made again after the guards passed without it
 _TRAINING_OF = _attrgetter("training")
 _DICT_OF = _attrgetter("__dict__")
 _VALUES = _methodcaller("values")
@@ -395,13 +401,14 @@ class _FastGuards:
       for dicts (MindSpore's name -> object maps, the cell's own dicts) the same length, the same keys
       in the same order and the same value under each key; for lists and sets the same length."""
 
-    __slots__ = ("params", "ptrs", "shapes", "dtypes", "cells", "trainings", "dicts", "ns",
+    __slots__ = ("params", "ptrs", "shapes", "dtypes", "cells", "trainings", "owners", "dicts", "ns",
                  "dicts_k", "keys", "vals", "maps", "map_ns", "full", "map_of", "map_keys", "map_vals", "seqs", "seq_ns",
                  "usable")
 
-    def __init__(self, guards: tuple) -> None:
+    def __init__(self, guards: tuple, passed: bool = False) -> None:
+        """`passed`: the guards were just checked and passed (else they are checked here)."""
         try:
-            self.usable = check_guards(guards) is None
+            self.usable = passed or check_guards(guards) is None
         except Exception:  # noqa: BLE001 - a guard that cannot be read: no fast form (the guards decide)
             self.usable = False
         st = [g.obj for g in guards if g.kind == "storage"]
@@ -412,10 +419,11 @@ class _FastGuards:
         tr = [g.obj for g in guards if g.kind == "training"]
         self.cells = tuple(tr)
         self.trainings = tuple(map(_TRAINING_OF, tr))
-        dicts, ns, dicts_k, keys, vals, maps, seqs = [], [], [], [], [], [], []
+        dicts, ns, dicts_k, keys, vals, maps, seqs, owners = [], [], [], [], [], [], [], []
         for g in guards:
             if g.kind != "state":
                 continue
+            owners.append(g.obj)
             d = g.obj.__dict__
             if len(d) != g.value[0]:
                 # (the guard then compares every attribute, untracked ones included: not this form's)
@@ -433,7 +441,7 @@ class _FastGuards:
                     maps.append(x)
                 elif type(x) in _CONTAINERS:
                     seqs.append(x)
-        self.dicts, self.ns = tuple(dicts), tuple(ns)
+        self.owners, self.dicts, self.ns = tuple(owners), tuple(dicts), tuple(ns)
         self.dicts_k, self.keys, self.vals = tuple(dicts_k), tuple(keys), tuple(vals)
         self.maps, self.map_ns = tuple(maps), tuple(map(len, maps))
         full = [x for x in maps if x]  # (an empty one: its length says all)
@@ -451,7 +459,7 @@ class _FastGuards:
                 and tuple(map(_SHAPE_OF, p)) == self.shapes
                 and all(map(is_, map(_DTYPE_OF, p), self.dtypes))
                 and all(map(is_, map(_TRAINING_OF, self.cells), self.trainings))
-                and all(map(is_, map(_DICT_OF, self.cells), self.dicts))
+                and all(map(is_, map(_DICT_OF, self.owners), self.dicts))
                 and tuple(map(len, self.dicts)) == self.ns
                 and all(map(is_, map(dict.get, self.dicts_k, self.keys, _repeat(_UNTRACKED)), self.vals))
                 and tuple(map(len, self.maps)) == self.map_ns
@@ -849,6 +857,8 @@ class Regions:
         entry.state = "learn"
         entry.learned = []
         entry.plan = None
+        entry.fast = None  # (its snapshot holds the objects it read)
+        entry.template = None
 
     def _replay(self, entry: _Entry, flat: list, t0: float, run=None):
         try:
