@@ -64,6 +64,8 @@ import re
 import statistics
 import threading
 import time
+from itertools import chain as _chain, repeat as _repeat
+from operator import attrgetter as _attrgetter, is_ as _is, methodcaller as _methodcaller
 from typing import NamedTuple
 
 import numpy as np
@@ -102,6 +104,7 @@ _INNER = "_ms_dynvm_inner_region"
 _OUTER = "_ms_dynvm_outer_region"
 from mindspore.nn.optim.optimizer import Optimizer as _Optimizer  # noqa: E402
 _is_contiguous = TensorPy.is_contiguous
+_DATA_PTR = TensorPy._data_ptr
 _F32 = np.dtype(np.float32)
 # MindSpore's own per-Cell bookkeeping (set on every Cell, some of it changed by calls): not the
 # script's Python state. `training` stays in (a guard of its own in the issue's terms).
@@ -295,6 +298,9 @@ class _Entry:
         self.dts = None
         self.shapes = None
         self.param_views: list = []  # (index in roles, Parameter, data pointer, view)
+        self.fast = None  # _FastGuards, from install
+        self.fast_builds = 0
+        self.template = None  # the plan's input arrays with the kept views in place, from install
         self.eager_s = float("inf")
         self.replay_s: list = []
         self.replays = 0
@@ -310,23 +316,56 @@ class _Entry:
         self.shapes = lr.plan.in_shapes
         self.param_views = []
         guards = []
+        template = [None] * len(self.roles)
+        args, held, kept = [], [], []
         for k, (role, obj) in enumerate(self.roles):
             if role == "param":
                 ptr = obj._data_ptr()
-                self.param_views.append([k, obj, ptr, _view(obj, self.dts[k], self.shapes[k])])
+                view = _view(obj, self.dts[k], self.shapes[k])
+                self.param_views.append([k, obj, ptr, view])
+                # (the view is valid while the storage guard holds: same data pointer, shape, dtype)
+                template[k] = view
                 guards.append(RegionGuard("storage", obj, (ptr, self.shapes[k], str(obj.dtype))))
+            elif role == "arg":
+                args.append((k, obj, self.dts[k], self.shapes[k]))
+            elif role == "held":
+                if _is_contiguous(obj):  # (its view, kept while its data pointer stays: `_held_views`)
+                    template[k] = _view(obj, self.dts[k], self.shapes[k])
+                    kept.append((k, obj))
+                else:
+                    held.append((k, obj, self.dts[k], self.shapes[k]))
+        self.template, self.arg_slots, self.held_slots = template, tuple(args), tuple(held)
+        self.kept_objs = tuple(o for _, o in kept)
+        self.kept_ptrs = tuple(map(_DATA_PTR, self.kept_objs))
+        self.kept = tuple(kept)
         for cell, state in self.cells:
             guards.append(RegionGuard("training", cell, dict(state).get("training")))
             guards.append(RegionGuard("state", cell, (len(cell.__dict__), state)))
         self.guards = tuple(guards)
+        self.fast = _FastGuards(self.guards)
+        self.fast_builds = 0
         self.state = "replay"
 
+    def held_views(self) -> None:
+        """The held tensors' views made again (a held tensor's storage moved)."""
+        for k, obj in self.kept:
+            self.template[k] = _view(obj, self.dts[k], self.shapes[k])
+        self.kept_ptrs = tuple(map(_DATA_PTR, self.kept_objs))
+
     def guard(self) -> str | None:
-        """None where the plan may run, else the reason (`check_guards`)."""
+        """None where the plan may run, else the reason (`check_guards`). The guards' fast form
+        (`_FastGuards`) passes only where they all pass; where it does not, the guards run as data
+        (and a pass there, an attribute rebound to an equal value, refreshes the fast form)."""
         for st, _, _ in self.plan.opt_steps:
             if st.state != "replay" or any(t._data_ptr() != ptr for t, ptr in st.ptrs):
                 return "optimizer state"
-        return check_guards(self.guards)
+        if self.fast.ok():
+            return None
+        why = check_guards(self.guards)
+        if why is None and self.fast_builds < _FAST_BUILDS:
+            self.fast_builds += 1  # (bounded: a form that keeps failing is not made again every call)
+            self.fast = _FastGuards(self.guards, passed=True)
+        return why
 
 
 class RegionGuard(NamedTuple):
@@ -341,6 +380,92 @@ class RegionGuard(NamedTuple):
 
 
 _GUARD_REASON = {"storage": "parameter storage", "training": "training flag", "state": "python state"}
+
+
+_SHAPE_OF, _DTYPE_OF = _attrgetter("shape"), _attrgetter("dtype")  # (what the guards read)
+_FAST_BUILDS = 16  # times a signature's fast guard form is made again after the guards passed without it
+_TRAINING_OF = _attrgetter("training")
+_DICT_OF = _attrgetter("__dict__")
+_VALUES = _methodcaller("values")
+
+
+class _FastGuards:
+    """The guards of one plan (`check_guards`) in a form that is quick to check, made where they all
+    pass: a snapshot of the objects they read, compared by identity with a few C-level scans over
+    all the plan's Parameters and cells. Passing it means every object the guards read is the one
+    read when the guards passed, so they pass; failing it says nothing (the guards then run as data):
+    - storage: each Parameter's data pointer, shape and dtype (dtypes are singletons: by identity);
+    - training: each cell's flag;
+    - state: each cell's `__dict__` (the same dict, its number of attributes), its tracked attributes'
+      values (the same objects: plain values, tensors, containers), and the containers' contents:
+      for dicts (MindSpore's name -> object maps, the cell's own dicts) the same length, the same keys
+      in the same order and the same value under each key; for lists and sets the same length."""
+
+    __slots__ = ("params", "ptrs", "shapes", "dtypes", "cells", "trainings", "owners", "dicts", "ns",
+                 "dicts_k", "keys", "vals", "maps", "map_ns", "full", "map_of", "map_keys", "map_vals", "seqs", "seq_ns",
+                 "usable")
+
+    def __init__(self, guards: tuple, passed: bool = False) -> None:
+        """`passed`: the guards were just checked and passed (else they are checked here)."""
+        try:
+            self.usable = passed or check_guards(guards) is None
+        except Exception:  # noqa: BLE001 - a guard that cannot be read: no fast form (the guards decide)
+            self.usable = False
+        st = [g.obj for g in guards if g.kind == "storage"]
+        self.params = tuple(st)
+        self.ptrs = tuple(map(_DATA_PTR, st))
+        self.shapes = tuple(map(_SHAPE_OF, st))
+        self.dtypes = tuple(map(_DTYPE_OF, st))
+        tr = [g.obj for g in guards if g.kind == "training"]
+        self.cells = tuple(tr)
+        self.trainings = tuple(map(_TRAINING_OF, tr))
+        dicts, ns, dicts_k, keys, vals, maps, seqs, owners = [], [], [], [], [], [], [], []
+        for g in guards:
+            if g.kind != "state":
+                continue
+            owners.append(g.obj)
+            d = g.obj.__dict__
+            if len(d) != g.value[0]:
+                # (the guard then compares every attribute, untracked ones included: not this form's)
+                self.usable = False
+            dicts.append(d)
+            ns.append(len(d))
+            for k, v in g.value[1]:
+                x = d.get(k, _UNTRACKED)
+                if x is _UNTRACKED or (type(x) is float and x != x):
+                    self.usable = False  # (a NaN attribute never passes the guard)
+                dicts_k.append(d)
+                keys.append(k)
+                vals.append(x)
+                if type(x) in _MAPS:
+                    maps.append(x)
+                elif type(x) in _CONTAINERS:
+                    seqs.append(x)
+        self.owners, self.dicts, self.ns = tuple(owners), tuple(dicts), tuple(ns)
+        self.dicts_k, self.keys, self.vals = tuple(dicts_k), tuple(keys), tuple(vals)
+        self.maps, self.map_ns = tuple(maps), tuple(map(len, maps))
+        full = [x for x in maps if x]  # (an empty one: its length says all)
+        self.full = tuple(full)
+        self.map_keys = tuple(_chain.from_iterable(full))  # (in the maps' order)
+        self.map_of = tuple(_chain.from_iterable([x] * len(x) for x in full))  # (the map of each key)
+        self.map_vals = tuple(_chain.from_iterable(map(_VALUES, full)))
+        self.seqs, self.seq_ns = tuple(seqs), tuple(map(len, seqs))
+
+    def ok(self) -> bool:
+        is_ = _is
+        p = self.params
+        return (self.usable
+                and tuple(map(_DATA_PTR, p)) == self.ptrs
+                and tuple(map(_SHAPE_OF, p)) == self.shapes
+                and all(map(is_, map(_DTYPE_OF, p), self.dtypes))
+                and all(map(is_, map(_TRAINING_OF, self.cells), self.trainings))
+                and all(map(is_, map(_DICT_OF, self.owners), self.dicts))
+                and tuple(map(len, self.dicts)) == self.ns
+                and all(map(is_, map(dict.get, self.dicts_k, self.keys, _repeat(_UNTRACKED)), self.vals))
+                and tuple(map(len, self.maps)) == self.map_ns
+                and all(map(is_, _chain.from_iterable(self.full), self.map_keys))
+                and all(map(is_, map(dict.get, self.map_of, self.map_keys, _repeat(_UNTRACKED)), self.map_vals))
+                and tuple(map(len, self.seqs)) == self.seq_ns)
 
 
 def check_guards(guards: tuple) -> str | None:
@@ -732,6 +857,8 @@ class Regions:
         entry.state = "learn"
         entry.learned = []
         entry.plan = None
+        entry.fast = None  # (its snapshot holds the objects it read)
+        entry.template = None
 
     def _replay(self, entry: _Entry, flat: list, t0: float, run=None):
         try:
@@ -769,15 +896,13 @@ class Regions:
 
     @staticmethod
     def _arrays(entry: _Entry, flat: list) -> list:
-        roles, dts, shapes = entry.roles, entry.dts, entry.shapes
-        arrays = [None] * len(roles)
-        for pv in entry.param_views:
-            arrays[pv[0]] = pv[3]
-        for k, (role, obj) in enumerate(roles):
-            if role == "arg":
-                arrays[k] = _view(flat[obj], dts[k], shapes[k])
-            elif role == "held":
-                arrays[k] = _view(obj, dts[k], shapes[k])
+        if entry.kept and tuple(map(_DATA_PTR, entry.kept_objs)) != entry.kept_ptrs:
+            entry.held_views()
+        arrays = entry.template.copy()  # (the parameters' and held tensors' views: see _Entry.install)
+        for k, i, dt, shape in entry.arg_slots:
+            arrays[k] = _view(flat[i], dt, shape)
+        for k, obj, dt, shape in entry.held_slots:
+            arrays[k] = _view(obj, dt, shape)
         return arrays
 
     def _learn(self, region: Region, entry: _Entry, run, flat: list):

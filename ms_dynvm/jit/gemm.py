@@ -17,6 +17,7 @@ import ctypes
 import glob
 import importlib.util
 import os
+from weakref import ref as _weakref
 
 import numpy as np
 
@@ -106,11 +107,33 @@ def prepare2d(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool):
     return fa, fb, m, n, k, lda, ldb
 
 
-def run2d(p, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """`matmul` with the arguments `prepare2d` gave for these operands' layout, into C-contiguous `c`."""
+def run2d(p, a: np.ndarray, b: np.ndarray, c: np.ndarray, ptrs: list | None = None) -> np.ndarray:
+    """`matmul` with the arguments `prepare2d` gave for these operands' layout, into C-contiguous `c`.
+    `ptrs`: a list of six (`new_ptrs()`) the caller keeps from call to call, where the data pointers
+    of a, b and c are remembered per array object (by weak reference: an array's data pointer is fixed
+    for its life, and a live weak reference's referent is that very object), so a step whose operands
+    are the same arrays each run (a parameter's view, a kept buffer) skips NumPy's `.ctypes.data`
+    (~2.5 us an array)."""
     fa, fb, m, n, k, lda, ldb = p
-    _SGEMM(fa, fb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n)
+    if ptrs is None:
+        _SGEMM(fa, fb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0, c.ctypes.data, n)
+        return c
+    r = ptrs[0]
+    if r is None or r() is not a:
+        ptrs[0], ptrs[1] = _weakref(a), a.ctypes.data
+    r = ptrs[2]
+    if r is None or r() is not b:
+        ptrs[2], ptrs[3] = _weakref(b), b.ctypes.data
+    r = ptrs[4]
+    if r is None or r() is not c:
+        ptrs[4], ptrs[5] = _weakref(c), c.ctypes.data
+    _SGEMM(fa, fb, m, n, k, 1.0, ptrs[1], lda, ptrs[3], ldb, 0.0, ptrs[5], n)
     return c
+
+
+def new_ptrs() -> list:
+    """An empty pointer cache for `run2d`."""
+    return [None, 0, None, 0, None, 0]
 
 
 def _layout3(x: np.ndarray, trans: bool):

@@ -266,6 +266,7 @@ def _buffered(op, fn, h, shape, dt, hs):
     uf = getattr(fn, "ufunc", None)
     if fn is _matmul:
         layouts: dict = {}  # (strides of a, of b) -> gemm.prepare2d's arguments, or None
+        ptrs = _gemm.new_ptrs()  # (the operands' and the buffer's data pointers: gemm.run2d)
 
         def run(a, attrs):
             x, y = a[0], a[1]
@@ -275,7 +276,7 @@ def _buffered(op, fn, h, shape, dt, hs):
                 p = layouts[key] = _gemm.prepare2d(x, y, bool(attrs.get("transpose_a")),
                                                    bool(attrs.get("transpose_b")))
             if p is not None:
-                return _gemm.run2d(p, x, y, _fresh(h, shape, dt))
+                return _gemm.run2d(p, x, y, _fresh(h, shape, dt), ptrs)
             return _gemm.matmul(x, y, bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")),
                                 _fresh(h, shape, dt))
     elif uf is not None and fn in _INPLACE_FNS:

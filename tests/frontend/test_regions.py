@@ -903,3 +903,145 @@ def test_gnn_training_with_adam_and_node_counts_drawn_anew_matches_eager(adam_ne
     _assert_same_training(eager, served)
     assert s["regions_not_replayable"] == {} and s["region_guard_failures"] == {}, s
     assert s["regions_replayed"] >= 140, s  # of 160 region calls
+
+
+def _eager_out(net, x):
+    ms_dynvm.disable()
+    try:
+        return net(x).asnumpy()
+    finally:
+        ms_dynvm.enable(regions=True, step_switch=False)
+
+
+def _entry(net):
+    (entry,) = [e for e in R._region_of_cell(net).entries.values() if e.state == "replay"]
+    return entry
+
+
+def test_parameter_written_in_place_is_seen_by_the_cached_views(vm):
+    """The plan reads the Parameters through views made at install: a write into their storage
+    between calls (no new storage, so no guard fails) shows in the next replay."""
+    net, x = _replaying_net()
+    p = net.trainable_params()[0]
+    ptr = p._data_ptr()
+    ops.assign(p, ms.Tensor(np.full(p.shape, 0.25, np.float32)))
+    assert p._data_ptr() == ptr
+    n = ms_dynvm.stats()["regions_replayed"]
+    got = net(x).asnumpy()
+    s = ms_dynvm.stats()
+    assert s["regions_replayed"] == n + 1 and not s["region_guard_failures"]
+    np.testing.assert_allclose(got, _eager_out(net, x), rtol=1e-6)
+
+
+def test_parameter_rebound_to_new_storage_replays_with_the_new_views(vm):
+    """set_data gives the Parameter new storage: the storage guard fails once, the signature is
+    learned again, and its replays read the new storage (fresh views), not the old one."""
+    net, x = _replaying_net()
+    p = net.trainable_params()[0]
+    old = _entry(net).template
+    p.set_data(ms.Tensor(np.full(p.shape, -0.5, np.float32)))
+    for _ in range(4):
+        got = net(x).asnumpy()
+    s = ms_dynvm.stats()
+    assert s["region_guard_failures"] == {"parameter storage": 1}
+    entry = _entry(net)
+    assert entry.fast.ok() and entry.template is not old
+    n = s["regions_replayed"]
+    got = net(x).asnumpy()
+    assert ms_dynvm.stats()["regions_replayed"] == n + 1
+    np.testing.assert_allclose(got, _eager_out(net, x), rtol=1e-6)
+    ops.assign(p, ms.Tensor(np.full(p.shape, 0.75, np.float32)))  # (and in place after that)
+    np.testing.assert_allclose(net(x).asnumpy(), _eager_out(net, x), rtol=1e-6)
+
+
+class Scaled(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(6, 4)
+        self.scale = 1.5
+        self.names = ["a"]
+        self.cfg = {"k": 2}
+
+    def construct(self, x):
+        return self.fc(x) * self.scale * self.cfg["k"]
+
+
+@pytest.mark.parametrize("change,fails", [
+    ("equal float, new object", False), ("other float", True), ("list grows", True),
+    ("dict entry added", True), ("parameter order", True), ("attribute added", True),
+    ("attribute deleted and another added", True), ("training flag", True)])
+def test_fast_guards_imply_the_guards(vm, change, fails):
+    """The guards' fast form passes only where every guard passes; where it fails, the guards run as
+    data and decide (an attribute rebound to an equal value still replays, and the fast form is
+    made again from the new objects)."""
+    net = Scaled()
+    _init(net, 3)
+    net.set_train(False)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    entry = _entry(net)
+    assert entry.fast.ok() and R.check_guards(entry.guards) is None
+    if change == "equal float, new object":
+        net.scale = np.float64(1.5).item()
+    elif change == "other float":
+        net.scale = 2.5
+    elif change == "list grows":
+        net.names.append("b")
+    elif change == "dict entry added":
+        net.cfg["j"] = 1
+    elif change == "parameter order":
+        net.fc._params.move_to_end("weight")
+    elif change == "attribute added":
+        net.extra = None
+    elif change == "attribute deleted and another added":
+        del net.__dict__["names"]
+        net.__dict__["other"] = 0
+    else:
+        net.set_train(True)
+    assert not entry.fast.ok()  # (each change replaces or adds an object the guards read)
+    why = entry.guard()
+    assert (why is not None) == fails, why
+    if not fails:
+        assert entry.fast.ok()  # (made again)
+        n = ms_dynvm.stats()["regions_replayed"]
+        np.testing.assert_allclose(net(x).asnumpy(), _eager_out(net, x), rtol=1e-6)
+        assert ms_dynvm.stats()["regions_replayed"] == n + 1
+
+
+def test_fast_guards_not_used_where_the_guard_compares_every_attribute(vm):
+    """A cell with another number of attributes than at its recording is compared attribute by
+    attribute, untracked ones included (an attribute that became plain counts): no fast form then."""
+    net = Scaled()
+    _init(net, 3)
+    net.set_train(False)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    entry = _entry(net)
+    net.other = object()  # (untracked: the guards pass)
+    for _ in range(R._FAST_BUILDS + 4):
+        assert entry.guard() is None and not entry.fast.ok()
+    assert entry.fast_builds == R._FAST_BUILDS  # (made again a bounded number of times)
+    net.other = 7  # (now plain: the guard's full comparison sees it)
+    assert entry.guard() == "python state"
+
+
+def test_held_tensor_views_follow_their_storage(vm):
+    """A tensor the plan holds (no Parameter, no argument) is read through a view kept from install
+    while its data pointer stays; where its storage moves, the view is made again."""
+    net = Head()
+    _init(net, 2)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    entry = _entry(net)
+    assert len(entry.kept) == 1
+    (k, held), = entry.kept
+    view = entry.template[k]
+    np.testing.assert_allclose(net(x).asnumpy(), _eager_out(net, x), rtol=1e-6)
+    assert entry.template[k] is view  # (kept)
+    held.assign_value(ms.Tensor(np.full(4, 3.0, np.float32)))  # (new contents, maybe new storage)
+    net(x)
+    assert entry.kept_ptrs == (held._data_ptr(),)
+    np.testing.assert_array_equal(entry.template[k], np.full(4, 3.0, np.float32))  # (what the plan reads)

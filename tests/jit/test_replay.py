@@ -282,3 +282,34 @@ def test_step_buffers_are_reused_across_runs_but_never_under_a_held_result():
     bufs = [id(plan.holders[int(r)][-1][0]) for r in (h, e)]  # (ids: a reference would pin them)
     plan.run(inputs())
     assert [id(plan.holders[int(r)][-1][0]) for r in (h, e)] == bufs
+
+
+def test_gemm_run2d_pointer_cache_follows_the_arrays():
+    """run2d's pointer cache: the same arrays (contents changed in place) reuse their pointers; new
+    arrays, and arrays that died and were replaced (maybe at the same id), are read afresh. The bits
+    equal an uncached call's."""
+    if gemm.BACKEND != "onednn":
+        pytest.skip("no oneDNN")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    c = np.empty((16, 32), np.float32)
+    p = gemm.prepare2d(a, w, False, True)
+    ptrs = gemm.new_ptrs()
+
+    def want(x, y):
+        return gemm.run2d(p, x, y, np.empty((16, 32), np.float32))
+
+    np.testing.assert_array_equal(gemm.run2d(p, a, w, c, ptrs), want(a, w))
+    kept = list(ptrs)
+    a[:] = rng.standard_normal(a.shape)  # (in place: the same array, its pointer kept)
+    np.testing.assert_array_equal(gemm.run2d(p, a, w, c, ptrs), want(a, w))
+    assert ptrs[1] == kept[1] and ptrs[0] is kept[0]
+    for _ in range(20):  # new operand and result arrays each call (ids may be reused after a free)
+        a = rng.standard_normal((16, 64)).astype(np.float32)
+        w = np.ascontiguousarray(rng.standard_normal((32, 64)).astype(np.float32))
+        c = np.empty((16, 32), np.float32)
+        got = gemm.run2d(p, a, w, c, ptrs)
+        assert got is c and ptrs[1] == a.ctypes.data and ptrs[3] == w.ctypes.data and ptrs[5] == c.ctypes.data
+        np.testing.assert_array_equal(got, want(a, w))
+        del a, w, c, got
