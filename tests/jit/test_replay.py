@@ -268,7 +268,9 @@ def test_step_buffers_are_reused_across_runs_but_never_under_a_held_result():
         outs = plan.run(arrays)
         want = interpret(p, arrays)
         for g, wv in zip(outs, want):
-            np.testing.assert_allclose(g, wv, rtol=2e-6, atol=1e-6)
+            # (a 32-term GEMM in oneDNN's order against the interpreter's: terms of ~3 cancel to
+            # values near 0, so the floor follows the terms' size; oneDNN's order depends on the ISA)
+            np.testing.assert_allclose(g, wv, rtol=2e-6, atol=2e-5)
         assert not np.shares_memory(outs[0], outs[1])
         if k % 2 == 0:  # hold these (and a view of one) across the next runs
             held.append((outs, outs[0][::2]))
