@@ -40,24 +40,30 @@ class Function:
         define, in first-use order. Outputs default to every result used by a later block or listed
         as a program output; pass `outputs` to choose (tier 1 returns every op's result)."""
         block = program.blocks[block_index]
-        defined = {r for ins in block.instrs for r in ins.outs}
-        params, seen = [], set()
-        for ins in block.instrs:
-            for r in ins.regs():
-                r = int(r)
-                if r not in defined and r not in seen:
-                    seen.add(r)
-                    params.append(r)
         if outputs is None:
             later = set(program.outputs)
             for b in program.blocks[block_index + 1:]:
                 for ins in b.instrs:
                     later.update(int(r) for r in ins.regs())
             outputs = [r for ins in block.instrs for r in ins.outs if r in later]
-        used = set(params) | defined
-        types = {r: program.types[r] for r in used}
         body = [Instr(i.op, i.args, dict(i.attrs), i.outs) for i in block.instrs]
-        return Function(f"b{block.id}", params, body, list(outputs), types)
+        return Function.from_instrs(f"b{block.id}", body, outputs, program.types)
+
+    @staticmethod
+    def from_instrs(name: str, body: list, outputs, types: dict) -> "Function":
+        """The Function of instructions `body` (SSA, in order): params are the registers read before
+        any instruction of `body` defines them, in first-use order; `types` may hold more registers
+        than the function uses (it keeps those it does)."""
+        defined, params, seen = set(), [], set()
+        for ins in body:
+            for r in ins.regs():
+                r = int(r)
+                if r not in defined and r not in seen:
+                    seen.add(r)
+                    params.append(r)
+            defined.update(ins.outs)
+        used = seen | defined
+        return Function(name, params, list(body), list(outputs), {r: types[r] for r in used})
 
     # --- queries --------------------------------------------------------------------------------
     def users(self) -> dict[int, list[int]]:

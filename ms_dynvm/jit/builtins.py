@@ -14,10 +14,10 @@ Without a compiler `available()` is False and the callers keep the interpreter's
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import threading
 
 import numpy as np
+
+from ms_dynvm.jit.native import NativeLibrary
 
 _SOURCE = r"""
 #include <stdint.h>
@@ -45,40 +45,19 @@ void dvm_batched_sgemm(void *fp, char ta, char tb, int64_t batch, int64_t m, int
 }
 """
 
-_lib = None
-_tried = False
-_lock = threading.Lock()
+def _setup(lib) -> None:
+    i64, vp, ch = ctypes.c_int64, ctypes.c_void_p, ctypes.c_char
+    for name in ("dvm_segsum_i32", "dvm_segsum_i64"):
+        fn = getattr(lib, name)
+        fn.restype = None
+        fn.argtypes = [vp, vp, i64, i64, i64, vp]
+    fn = lib.dvm_batched_sgemm
+    fn.restype = None
+    fn.argtypes = [vp, ch, ch, i64, i64, i64, i64, vp, i64, i64, vp, i64, i64, vp, i64, i64]
 
 
-def _load():
-    global _lib, _tried
-    with _lock:
-        if _tried:
-            return _lib
-        _tried = True
-        try:
-            from ms_dynvm.codegen import gcc
-            from ms_dynvm.runtime.cache import default_cache
-
-            fl = gcc.flags()
-            key = hashlib.sha256(("builtins\0" + gcc.compiler_info() + "\0" + " ".join(fl) + "\0" + _SOURCE)
-                                 .encode()).hexdigest()
-            lib = default_cache().get_or_build(key, lambda: gcc.compile_shared(_SOURCE, fl), gcc.load_shared,
-                                               device="cpu")
-            for name in ("dvm_segsum_i32", "dvm_segsum_i64"):
-                fn = getattr(lib, name)
-                fn.restype = None
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                               ctypes.c_void_p]
-            fn = lib.dvm_batched_sgemm
-            fn.restype = None
-            i64, vp = ctypes.c_int64, ctypes.c_void_p
-            ch = ctypes.c_char
-            fn.argtypes = [vp, ch, ch, i64, i64, i64, i64, vp, i64, i64, vp, i64, i64, vp, i64, i64]
-            _lib = lib
-        except Exception:  # noqa: BLE001 - no compiler: the interpreter's implementation stays
-            _lib = None
-        return _lib
+_LIB = NativeLibrary("builtins", _SOURCE, _setup)
+_load = _LIB.get
 
 
 def available() -> bool:
@@ -87,7 +66,7 @@ def available() -> bool:
 
 def loaded() -> bool:
     """Whether the library has been built or found already (no compile here)."""
-    return _tried
+    return _LIB.tried
 
 
 def segment_sum(x: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:

@@ -110,16 +110,9 @@ def candidates(keep: list, types: dict, out_regs) -> list:
         # run [i, j): its own Function; registers read later (or plan outputs) are its outputs
         body, rtypes, swapped = _bias_after_reshape(keep, i, j, types, outs_set, nxt)
         nxt += len(swapped)
-        defined, params = set(), []
-        for ins in body:
-            for a in ins.args:
-                if isinstance(a, Reg) and int(a) not in defined and int(a) not in params:
-                    params.append(int(a))
-            defined.update(ins.outs)
         fouts = [r for ins in body for r in ins.outs if r in outs_set or last_use.get(r, -1) >= j]
         if fouts:
-            regs = set(params) | defined
-            fn = Function("region_run", params, list(body), fouts, {r: rtypes[r] for r in regs})
+            fn = Function.from_instrs("region_run", body, fouts, rtypes)
             try:
                 groups = fuse(fn)
             except Exception:  # noqa: BLE001 - the rule refuses what it cannot partition: no fusion
@@ -207,15 +200,8 @@ def _sub(fn, lo: int, hi: int, outs, types):
     from ms_dynvm.ir.function import Function
 
     body = fn.body[lo:hi]
-    defined, params = set(), []
-    for ins in body:
-        for a in ins.args:
-            if isinstance(a, Reg) and int(a) not in defined and int(a) not in params:
-                params.append(int(a))
-        defined.update(ins.outs)
-    regs = set(params) | defined
-    return Function("region_group", params, list(body), [r for r in outs if r in defined],
-                    {r: types[r] for r in regs})
+    defined = {r for ins in body for r in ins.outs}
+    return Function.from_instrs("region_group", body, [r for r in outs if r in defined], types)
 
 
 def _ok(ins, types) -> bool:

@@ -19,10 +19,10 @@ test compares them); without a compiler the NumPy rule runs.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import threading
 
 import numpy as np
+
+from ms_dynvm.jit.native import NativeLibrary
 
 F32 = np.float32
 
@@ -114,36 +114,18 @@ void dvm_sgd(int64_t n, float *const *p, const float *const *g, const int64_t *s
     }
 }
 """
-_lib = None
-_tried = False
-_lock = threading.Lock()
 _P = ctypes.c_void_p
 
 
-def _load():
-    global _lib, _tried
-    with _lock:
-        if _tried:
-            return _lib
-        _tried = True
-        try:
-            from ms_dynvm.codegen import gcc
-            from ms_dynvm.runtime.cache import default_cache
+def _setup(lib) -> None:
+    f32 = ctypes.c_float
+    lib.dvm_adam.restype = None
+    lib.dvm_adam.argtypes = [ctypes.c_int64, _P, _P, _P, _P, _P, f32, f32, f32, f32, ctypes.c_int]
+    lib.dvm_sgd.restype = None
+    lib.dvm_sgd.argtypes = [ctypes.c_int64, _P, _P, _P, f32]
 
-            fl = gcc.flags(strict_ieee=True)
-            key = hashlib.sha256(("optim\0" + gcc.compiler_info() + "\0" + " ".join(fl) + "\0" + _SOURCE)
-                                 .encode()).hexdigest()
-            lib = default_cache().get_or_build(key, lambda: gcc.compile_shared(_SOURCE, fl), gcc.load_shared,
-                                               device="cpu")
-            lib.dvm_adam.restype = None
-            lib.dvm_adam.argtypes = [ctypes.c_int64, _P, _P, _P, _P, _P, ctypes.c_float, ctypes.c_float,
-                                     ctypes.c_float, ctypes.c_float, ctypes.c_int]
-            lib.dvm_sgd.restype = None
-            lib.dvm_sgd.argtypes = [ctypes.c_int64, _P, _P, _P, ctypes.c_float]
-            _lib = lib
-        except Exception:  # noqa: BLE001 - no compiler: the NumPy rules stay
-            _lib = None
-        return _lib
+
+_load = NativeLibrary("optim", _SOURCE, _setup, strict_ieee=True).get
 
 
 def available() -> bool:

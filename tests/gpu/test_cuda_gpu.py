@@ -232,23 +232,16 @@ def test_row_nest_register_and_general_paths(gpu, kcache, name):
     with np.errstate(all="ignore"):
         ref = reference(fn, ins)
     assert_close(k(ins), ref, "f32", f"{name} default launch")
-    ins = [np.ascontiguousarray(a) for a in ins]
-    default = k.plan([a.shape for a in ins], [tuple(st_ // a.itemsize for st_ in a.strides) for a in ins],
-                     (True,) * len(ins))
+    from ms_dynvm.runtime.device_pool import default_device_pool
+
+    pool = default_device_pool()
+    dev = [ck.to_device(np.asarray(a), t.dtype, pool) for a, (_, t) in zip(ins, k.params)]
+    default = k.plan([a.shape for a in dev], [a.strides for a in dev], tuple(a.ptr % 16 == 0 for a in dev))
     assert any(block[0] * ROW_CACHE >= 200 for _, _, block, _ in default.launches)
     # (a fresh Plan: the kernel's own plans are cached)
     plan = ck.Plan([(f, grid, (32, 1, 1), vec) for f, grid, block, vec in default.launches],
                    default.scalars, default.temp_bytes, default.out_shapes)
-    from ms_dynvm.runtime.device_pool import default_device_pool
-
-    pool = default_device_pool()
-    dev = [ck.to_device(a, t.dtype, pool) for a, (_, t) in zip(ins, k.params)]
-    outs = []
-    for (_, t), shape in zip(k.outputs, plan.out_shapes):
-        n = int(np.prod(shape, dtype=np.int64)) * ck.driver.storage_itemsize(t.dtype)
-        buf = pool.allocate(n)
-        outs.append(ck.driver.DeviceArray(buf.ptr, shape, t.dtype, buf=buf))
-    k.launch([a.ptr for a in dev], [o.ptr for o in outs], plan, pool)
+    outs = k.run_device(dev, pool, plan=plan)
     got = [o.get() for o in outs]
     for a in dev + outs:
         a.release()

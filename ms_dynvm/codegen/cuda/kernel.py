@@ -292,10 +292,12 @@ class CudaKernel:
             for t in temps:
                 t.release()  # reused only after the next safe point (a stream synchronisation)
 
-    def run_device(self, inputs: list, pool, stream=None) -> list:
-        """Run on DeviceArrays; returns C-contiguous DeviceArrays from `pool`."""
-        plan = self.plan([a.shape for a in inputs], [a.strides for a in inputs],
-                         tuple(a.ptr % 16 == 0 for a in inputs))
+    def run_device(self, inputs: list, pool, stream=None, plan: Plan | None = None) -> list:
+        """Run on DeviceArrays; returns C-contiguous DeviceArrays from `pool`. `plan`: a launch plan
+        of the inputs' layout to use instead of the kernel's own (tests vary its launch shapes)."""
+        if plan is None:
+            plan = self.plan([a.shape for a in inputs], [a.strides for a in inputs],
+                             tuple(a.ptr % 16 == 0 for a in inputs))
         outs = []
         for (_, t), shape in zip(self.outputs, plan.out_shapes):
             n = int(np.prod(shape, dtype=np.int64)) * driver.storage_itemsize(t.dtype)

@@ -392,9 +392,6 @@ class CudaRenderer:
 
         written: dict = {}  # buffer stored in a row loop -> its one canonical index
         for st in steps:
-            for b, ix, is_store in _accesses(st.pre + st.post):
-                if is_store and b in written:
-                    return None
             for b, ix, is_store in _accesses(st.body):
                 if is_store:
                     c = canonical(st, ix)
