@@ -73,6 +73,8 @@ class Metrics:
         self.regions_seen = 0  # (region, input signature) pairs met
         self.regions_replayed = 0  # calls served by a replay
         self.region_compiles = 0  # region programs planned
+        self.region_sizes_derived = 0  # of which written from a size family, not recorded (bytecode/family.py)
+        self.region_derive_failures: Counter = Counter()  # reason -> derived programs that failed their check
         self.region_guard_failures: Counter = Counter()  # reason -> count
         self.regions_not_replayable: Counter = Counter()  # reason -> (region, signature) pairs
         self.region_reverifications = 0
@@ -160,6 +162,8 @@ class Metrics:
             "regions_replayed": self.regions_replayed,
             "region_replay_rate": self.regions_replayed / self.region_calls if self.region_calls else 0.0,
             "region_compiles": self.region_compiles,
+            "region_sizes_derived": self.region_sizes_derived,
+            "region_derive_failures": dict(self.region_derive_failures),
             "region_guard_failures": dict(self.region_guard_failures),
             "regions_not_replayable": dict(self.regions_not_replayable),
             "region_reverifications": self.region_reverifications,

@@ -79,9 +79,11 @@ except ImportError:  # pragma: no cover
 
 from ms_dynvm import dtypes
 from ms_dynvm.bytecode import opcodes
-from ms_dynvm.bytecode.program import Instr
-from ms_dynvm.bytecode.text import Reg
+from ms_dynvm.bytecode.family import SizeFamily, split_numbers
+from ms_dynvm.bytecode.program import Instr, Program
+from ms_dynvm.bytecode.text import Reg, format_attrs, format_instr
 from ms_dynvm.frontend.recorder import _array_of, _snapshot, _storage_key
+from ms_dynvm.ir.verifier import VerifyError, verify_types
 from ms_dynvm.jit.replay import NotReplayable, RegionPlan
 from ms_dynvm.metrics import METRICS
 from ms_dynvm.observe import events as _events
@@ -260,7 +262,7 @@ def _np_dtype(ty) -> np.dtype:
 class _Learned:
     """One recorded call, made into a plan candidate (its plan built on demand: `make_plan`)."""
 
-    def __init__(self, key, build, roles, out_spec, cells, seconds) -> None:
+    def __init__(self, key, build, roles, out_spec, cells, seconds, text="", wiring=None) -> None:
         self.key = key  # what two recordings must share
         self._build = build  # () -> RegionPlan (may raise NotReplayable)
         self.plan = None
@@ -268,6 +270,46 @@ class _Learned:
         self.out_spec = out_spec
         self.cells = cells  # [(cell, plain state)]
         self.seconds = seconds
+        # The program with its explained backward groups, as text (`_family_text`), and what a
+        # recording's trace is compared by at re-verification: that text and the key's other parts.
+        self.text = text
+        self.trace = (text,) + tuple(key[2:])
+        # (in_regs, out_regs, n_out, in_dts) where a program of this form can be written for another
+        # size from a size family (`SizeFamily`); None where it cannot (optimizer steps inside, opaque
+        # calls into MindSpore).
+        self.wiring = wiring
+
+    def derive(self, text: str) -> "_Learned":
+        """This recording's plan candidate at another size: `text` is this one's `text` with the
+        numbers a `SizeFamily` wrote for that size. Its roles, outputs, cells and held tensors are
+        this recording's (the family's members agreed on them)."""
+        in_regs, out_regs, n_out, in_dts = self.wiring
+        prog, extra = _parse_family_text(text)
+        in_shapes = [tuple(prog.types[r].shape) for r in in_regs]
+        if any(not all(type(d) is int for d in s) for s in in_shapes):
+            raise NotReplayable("symbolic input shape")
+        if any(role != "arg" and shape != old for (role, _), shape, old in
+               zip(self.roles, in_shapes, self.plan.in_shapes)):
+            raise NotReplayable("a held tensor's size changes")  # (its recorded object is read)
+
+        try:  # (the kernels trust a program's types: a written one has them checked first)
+            verify_types(prog.types, _chain(prog.instrs(), *extra))
+        except VerifyError as e:
+            raise NotReplayable(f"derived program: {e}") from None
+
+        def build():
+            plan = RegionPlan.build(prog, in_regs, out_regs, extra)
+            plan.n_out = n_out
+            plan.opt_steps = []
+            plan.in_dts = in_dts
+            plan.in_shapes = in_shapes
+            return plan
+
+        lr = _Learned((None, None) + tuple(self.key[2:]), build, self.roles, self.out_spec, self.cells,
+                      self.seconds, text, self.wiring)
+        lr.derived = True
+        lr.in_shapes = in_shapes
+        return lr
 
     def make_plan(self):
         """The recording's RegionPlan, built once (`RegionPlan.build`: the pass pipeline, dead code,
@@ -302,6 +344,9 @@ class _Entry:
         self.fast_builds = 0
         self.template = None  # the plan's input arrays with the kept views in place, from install
         self.eager_s = float("inf")
+        self.trace = None  # the installed recording's (`_Learned.trace`)
+        self.sizes = None  # (the argument signature with its sizes abstracted, the sizes): `_sizes`
+        self.derive_tried = False  # (a size family was asked for this signature's program once)
         self.replay_s: list = []
         self.replays = 0
         self.replay_total = 0.0  # seconds in this signature's replays
@@ -312,6 +357,7 @@ class _Entry:
     def install(self, lr: _Learned) -> None:
         self.plan, self.roles, self.out_spec, self.cells = lr.plan, lr.roles, lr.out_spec, lr.cells
         self.key = lr.key
+        self.trace = lr.trace
         self.dts = [np.dtype(d) for d in lr.plan.in_dts]
         self.shapes = lr.plan.in_shapes
         self.param_views = []
@@ -678,6 +724,8 @@ class Region:
         self.replays = 0  # over all signatures: re-verification is per region (REVERIFY_AT)
         self.explained: dict = {}  # the backward rules that explained its recordings (_Explainer.explain)
         self.excluded = False
+        # Abstract argument signature (`_sizes`) -> {family (`_family`): [SizeFamily, a recorded member]}
+        self.size_families: dict = {}
 
 
 def _region_of_cell(cell) -> Region:
@@ -752,6 +800,7 @@ class Regions:
         entry = region.entries.get(key)
         if entry is None:
             entry = region.entries[key] = _Entry()
+            entry.sizes = _sizes(key)
             METRICS.regions_seen += 1
             if len(region.entries) == 1:
                 _SEEN.append(region)
@@ -778,6 +827,11 @@ class Regions:
             entry.skip -= 1  # (a call that lets an optimizer inside learn its rule first: _learn)
             return self._eager(run)
         if entry.state == "learn" and region.calls > 1:  # (the region's first call warms MindSpore up)
+            if not entry.derive_tried and not entry.learned and region.size_families:
+                entry.derive_tried = True
+                out = self._derive(region, entry, run, flat)
+                if out is not _NOT_DERIVED:
+                    return out
             return self._learn(region, entry, run, flat)
         if entry.state == "eager":
             METRICS.region_fallbacks[entry.reason] += 1
@@ -923,7 +977,7 @@ class Regions:
                 return out
             entry.learned.append(lr)
             if fam in region.families or len(entry.learned) >= LEARN_CALLS:
-                why = self._install(entry, lr)
+                why = self._install(entry, lr, region)
                 if why is None and fam not in region.families:
                     region.families[fam] = True
                     self._install_pending(region, fam)
@@ -941,8 +995,9 @@ class Regions:
         return out
 
     @staticmethod
-    def _install(entry: _Entry, lr: _Learned) -> str | None:
-        """Plan `lr` and install it for `entry`; the reason where it cannot be planned."""
+    def _install(entry: _Entry, lr: _Learned, region: Region | None = None) -> str | None:
+        """Plan `lr` and install it for `entry`; the reason where it cannot be planned. A recording
+        installed for an established family becomes a member of its size family (`_add_member`)."""
         try:
             lr.make_plan()
         except NotReplayable as e:
@@ -953,7 +1008,53 @@ class Regions:
         entry.install(lr)
         entry.learned = []
         METRICS.region_compiles += 1
+        if region is not None:
+            _add_member(region, entry, lr)
         return None
+
+    def _derive(self, region: Region, entry: _Entry, run, flat: list):
+        """A first call at a new size of a region whose size family determines its program
+        (`SizeFamily.instantiate`): the program is written for this size and planned instead of
+        recorded, run, and checked against this call run eagerly (whose result is returned); where
+        they agree the plan is installed and the next call replays. A program that fails the check
+        breaks its family (sizes are recorded again from then on), counted in
+        `region_derive_failures`. `_NOT_DERIVED` where no family determines one."""
+        fams = region.size_families.get(entry.sizes[0])
+        if not fams:
+            return _NOT_DERIVED
+        for sf, member in fams.values():
+            text = sf.instantiate(entry.sizes[1])
+            if text is None:
+                continue
+            t0 = time.perf_counter()
+            try:
+                lr = member.derive(text)
+                if any(role == "arg" and tuple(flat[i].shape) != shape for (role, i), shape in
+                       zip(lr.roles, lr.in_shapes)):
+                    raise NotReplayable("derived argument shapes differ")  # (never expected: a guard)
+                lr.make_plan()
+                entry.install(lr)
+                want = [np.array(a) for a in entry.plan.run(self._arrays(entry, flat))[:entry.plan.n_out]]
+            except Exception as e:  # noqa: BLE001 - not plannable or not runnable here: recorded instead
+                sf.broken = True
+                METRICS.region_derive_failures[f"{type(e).__name__}"] += 1
+                self._reset(entry)
+                return _NOT_DERIVED
+            finally:
+                METRICS.region_learn_seconds += time.perf_counter() - t0
+            out = self._checked_call(entry, run)
+            why = _compare_outputs(want, out, entry.out_spec)
+            if why is None:
+                why = next(("python state changed" for cell, state in lr.cells if _plain_state(cell) != state), None)
+            if why is not None:
+                sf.broken = True
+                METRICS.region_derive_failures[why] += 1
+                self._reset(entry)
+                return out
+            METRICS.region_compiles += 1
+            METRICS.region_sizes_derived += 1
+            return out
+        return _NOT_DERIVED
 
     def _install_pending(self, region: Region, fam) -> None:
         """A family just established: the region's other signatures that hold one recording of it
@@ -963,28 +1064,42 @@ class Regions:
         for e in region.entries.values():
             if e.state != "learn" or e.skip or not e.learned or _family(e.learned[-1].key) != fam:
                 continue
-            why = self._install(e, e.learned[-1])
+            why = self._install(e, e.learned[-1], region)
             if why is not None:
                 e.learned = []
                 e.state = "eager"
                 e.reason = why
                 METRICS.regions_not_replayable[why] += 1
 
+    def _checked_call(self, entry: _Entry, run):
+        """The eager call that a derived plan is checked against, run as a recorded call is (nested
+        Cells are no regions, tier 1 neither tracks nor compiles its ops) but not recorded, and
+        timed for the step switch. (Not bare, the mode off MindSpore's stack: that measured slower.)"""
+        from ms_dynvm.frontend import dispatch
+
+        self.depth += 1
+        mode = dispatch._S.mode
+        t1, mode.tier1 = mode.tier1, None
+        t0 = time.perf_counter()
+        try:
+            out = run()
+        except BaseException:
+            self._reset(entry)
+            raise
+        finally:
+            mode.tier1 = t1
+            self.depth -= 1
+        entry.eager_s = time.perf_counter() - t0
+        return out
+
     def _reverify(self, region: Region, entry: _Entry, run, flat: list):
         METRICS.region_reverifications += 1
-        want = entry.plan.run(self._arrays(entry, flat))
+        want = entry.plan.run(self._arrays(entry, flat))[:entry.plan.n_out]
         out, lr, why = self._record(region, run, flat)
-        if why is None and lr.key != entry.key:
+        if why is None and lr.trace != entry.trace:
             why = "trace changed"
         if why is None:
-            got: list = []
-            _out_spec(out, got)
-            for w, g in zip(want, got):
-                g = _view(g, w.dtype, w.shape)
-                if not np.allclose(w, g, rtol=1e-4, atol=1e-5 * (1.0 + float(np.max(np.abs(g), initial=0.0))),
-                                   equal_nan=True):
-                    why = "values differ"
-                    break
+            why = _compare_outputs(want, out, entry.out_spec)
         if why is not None:
             entry.state = "eager"
             entry.reason = why
@@ -1036,6 +1151,98 @@ def _family(key) -> tuple:
     text, extra, roles, out_regs, out_spec, consts, opt = key
     return (_NUMBER.sub("#", text), tuple(_NUMBER.sub("#", e) for e in extra), roles, out_regs, out_spec,
             len(consts), opt)
+
+
+_NOT_DERIVED = object()
+_EXTRA = "__explained__"  # the region name of the blocks that hold explained backward groups in a family text
+
+
+def _sizes(key) -> tuple:
+    """(an argument signature with its sizes abstracted, the sizes): the sizes are the tensors'
+    dims and the integer arguments, in order (what a `SizeFamily` explains numbers by)."""
+    dims: list = []
+
+    def walk(spec):
+        tag = spec[0]
+        if tag == "T":
+            dims.extend(spec[2])
+            return ("T", spec[1], len(spec[2]))
+        if tag == "int":
+            dims.append(spec[1])
+            return ("int",)
+        if tag == "tuple" or tag == "list":
+            return (tag, tuple(map(walk, spec[1])))
+        return spec
+
+    return walk(key), tuple(dims)
+
+
+def _family_text(ptext: str, prog, extra: list) -> str:
+    """A recording's program text (`ptext`, its `as_text()`) with its explained backward groups
+    appended as blocks of their own (`_EXTRA`): one text that `Program.parse` reads back and a
+    `SizeFamily` can write at another size."""
+    if not extra:
+        return ptext
+    lines = [ptext.rstrip("\n")]
+    n = len(prog.blocks)
+    for k, group in enumerate(extra):
+        lines.append(f"block {n + k}" + format_attrs({"phase": "bwd", "region": _EXTRA, "end": "open"}))
+        lines.extend("  " + format_instr(i.outs, prog.types, i.op, i.args, i.attrs) for i in group)
+    return "\n".join(lines) + "\n"
+
+
+def _parse_family_text(text: str) -> tuple:
+    """(the program, its explained groups) from a `_family_text`."""
+    prog = Program.parse(text)
+    extra = [b.instrs for b in prog.blocks if b.region == _EXTRA]
+    if extra:
+        prog.blocks = [b for b in prog.blocks if b.region != _EXTRA]
+    return prog, extra
+
+
+def _add_member(region: Region, entry: _Entry, lr: _Learned) -> None:
+    """An installed recording joins its family's `SizeFamily` (made at the family's first install),
+    from which `Regions._derive` writes programs for sizes not recorded."""
+    if lr.wiring is None or entry.sizes is None or getattr(lr, "derived", False):
+        return
+    abstract, dims = entry.sizes
+    fams = region.size_families.setdefault(abstract, {})
+    fam = _family(lr.key)
+    got = fams.get(fam)
+    if got is None:
+        got = fams[fam] = [SizeFamily(split_numbers(lr.text)[0]), lr]
+    sf, member = got
+    # Arguments in the same places, the same Parameters, held tensors of the same values (the key's
+    # `consts`; a derived plan reads the latest member's held tensors).
+    same = len(member.roles) == len(lr.roles) and member.key[5] == lr.key[5] and all(
+        a[0] == b[0] and (a[1] == b[1] if a[0] == "arg" else a[0] == "held" or a[1] is b[1])
+        for a, b in zip(member.roles, lr.roles))
+    if not same or not sf.add(dims, lr.text):
+        sf.broken = True  # (held tensors or parameters that differ by size: each size is recorded)
+        return
+    got[1] = lr  # (the latest member: its cells' recorded state is the current one)
+
+
+def _compare_outputs(want: list, out, out_spec) -> str | None:
+    """None where a call's result `out` has the structure `out_spec` and the values `want` (a plan's
+    outputs) within the re-verification tolerance, else why not."""
+    got: list = []
+    try:
+        spec = _out_spec(out, got)
+    except _Unsupported:
+        return "outputs differ"
+    if spec != out_spec or len(got) != len(want):
+        return "outputs differ"
+    for w, g in zip(want, got):
+        if tuple(g.shape) != w.shape:
+            return "outputs differ"
+        g = _array_of(g)
+        if g.dtype != w.dtype:
+            return "outputs differ"
+        if not np.allclose(w, g, rtol=1e-4, atol=1e-5 * (1.0 + float(np.max(np.abs(g), initial=0.0))),
+                           equal_nan=True):
+            return "values differ"
+    return None
 
 
 def _dispatch_state():
@@ -1188,7 +1395,8 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
     in_shapes = [tuple(types[r].shape) for r in in_regs]
     if any(not all(type(d) is int for d in s) for s in in_shapes):
         raise NotReplayable("symbolic input shape")
-    key = (prog.as_text(), tuple(repr(e) for g in extra for e in g), tuple(
+    ptext = prog.as_text()
+    key = (ptext, tuple(repr(e) for g in extra for e in g), tuple(
         (role, obj if role == "arg" else id(obj) if role == "param" else None) for role, obj in roles),
         tuple(out_regs), repr(out_spec), tuple(consts), tuple((id(st), k, n) for st, k, n in steps))
 
@@ -1204,7 +1412,8 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
     # that only has to agree with another one (a first size's first recording, a re-verification)
     # needs its key alone. (The key is made before any plan: building one adds the pipeline's
     # registers to `prog.types`.)
-    lr = _Learned(key, build, roles, out_spec, cells, seconds)
+    wiring = None if steps or handler is not None else (in_regs, out_regs, n_out, in_dts)
+    lr = _Learned(key, build, roles, out_spec, cells, seconds, _family_text(ptext, prog, extra), wiring)
     # Constants a recording cannot tell from data: the backward rules' `fill`s (a gradient that
     # happened to be constant in this recording, or a constant MindSpore's backward made). Two
     # recordings with the same argument values agree on them whatever they are (see

@@ -61,6 +61,29 @@ def _check_instr(ins, defined: set, types: dict, where: str, check_types: bool) 
     defined.update(ins.outs)
 
 
+def verify_types(types: dict, instrs) -> None:
+    """Only the type rule, over `instrs` in any order: every result type of an op whose rule can
+    infer it equals what the rule infers from the operand types (a program written rather than
+    recorded, `bytecode/family.py`, is checked so before its kernels trust its shapes); raises
+    VerifyError."""
+    from ms_dynvm.ir import registry
+
+    for ins in instrs:
+        if ins.op in opcodes.OPAQUE or ins.op not in opcodes.OPS:
+            if ins.op not in opcodes.OPS:
+                raise VerifyError(f"unknown op {ins.op!r}")
+            continue
+        arg_types = [types[int(a)] if isinstance(a, Reg) else a for a in ins.args]
+        try:
+            inferred = registry.infer(ins.op, arg_types, ins.attrs)
+        except registry.ShapeError as e:
+            raise VerifyError(f"{ins.op}: shape rule rejects the instruction: {e}") from None
+        if [(t.dtype, tuple(t.shape)) for t in inferred] != [(types[r].dtype, tuple(types[r].shape))
+                                                             for r in ins.outs]:
+            raise VerifyError(f"{ins.op}: types {[str(types[r]) for r in ins.outs]} but the rule infers "
+                              f"{[str(t) for t in inferred]}")
+
+
 def verify(fn, check_types: bool = True) -> None:
     """Verify an IR Function; raises VerifyError."""
     defined = set()

@@ -1,7 +1,8 @@
 """Where a whole tier-2 run's time goes, step by step: each step of a workload of
 `profiling/bench/bench_regions.py` under `ms_dynvm.enable()`, classified by what tier 2 did with its
 region calls (a first/warm-up eager call, a learning recording, an optimizer's rule check, an
-installed plan's first replay, a replay, a re-verification), with its wall time, and per size the
+installed plan's first replay, a replay, a re-verification, a program derived for a new size and
+checked against the eager call), with its wall time, and per size the
 count of calls that were not replays. The same steps under blocking eager for comparison.
 
     python profiling/tools/breakdown_regions.py [--only gnn] [--steps 120] [--rounds 3] [--profile]
@@ -27,6 +28,7 @@ import numpy as np  # noqa: E402
 
 def _counters(st: dict) -> dict:
     return {"calls": st["region_calls"], "replayed": st["regions_replayed"], "compiles": st["region_compiles"],
+            "derived": st["region_sizes_derived"],
             "reverify": st["region_reverifications"], "learn_s": st["region_learn_seconds"],
             "plan_s": st["region_plan_seconds"], "replay_s": st["region_replay_seconds"],
             "host_s": st["region_host_seconds"], "recordings": st["recordings"]}
@@ -38,6 +40,8 @@ def _classify(d: dict, first: bool) -> str:
         return "reverify"
     if d["replayed"] == d["calls"]:
         return "replay"
+    if d["derived"]:
+        return "derive+check"
     if d["compiles"]:
         return "learn+install"
     if d["recordings"]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -1045,3 +1047,97 @@ def test_held_tensor_views_follow_their_storage(vm):
     net(x)
     assert entry.kept_ptrs == (held._data_ptr(),)
     np.testing.assert_array_equal(entry.template[k], np.full(4, 3.0, np.float32))  # (what the plan reads)
+
+
+# --- sizes derived from a size family (bytecode/family.py, Regions._derive) -------------------------
+class _Heads(nn.Cell):
+    """Sizes in reshapes and a mean: x [b, s, 8] -> heads [b, s, 2, 4] -> mean over s."""
+
+    def __init__(self, branch=None, scale_by_len=False):
+        super().__init__()
+        self.fc = nn.Dense(8, 8)
+        self.branch = branch
+        self.scale_by_len = scale_by_len
+
+    def construct(self, x):
+        b, s, d = x.shape
+        h = self.fc(x).reshape(b, s, 2, 4)
+        h = ops.softmax(h, -1)
+        if self.branch is not None and b > self.branch:  # (Python control flow on a size)
+            h = h * 2.0
+        if self.scale_by_len:
+            h = h * (1.0 / math.sqrt(s))  # (no product, offset or reciprocal of sizes gives it)
+        return h.reshape(b * s, 8).mean(0)
+
+
+def _sizes_run(net, sizes, seed=3):
+    """Each size's input run under the VM and then eagerly: [(vm result, eager result)]."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b, s in sizes:
+        x = ms.Tensor(rng.standard_normal((b, s, 8)).astype(np.float32))
+        out.append((net(x).asnumpy(), _eager_out(net, x)))
+    return out
+
+
+# Warm-up, two recordings at (2, 5) (the family), then (3, 5) and (3, 7), recorded once each; the
+# members now tell b and s apart, so further sizes are derived.
+_LEARN = [(2, 5), (2, 5), (2, 5), (3, 5), (3, 7)]
+
+
+def test_a_new_size_of_a_family_is_derived_without_recording_and_matches_eager(vm):
+    net = _Heads()
+    net.set_train(False)
+    before = ms_dynvm.stats()["recordings"]
+    res = _sizes_run(net, _LEARN + [(4, 6), (4, 6), (1, 9), (1, 9), (6, 2), (6, 2)])
+    s = ms_dynvm.stats()
+    assert s["region_sizes_derived"] == 3 and s["region_derive_failures"] == {}, s
+    assert s["recordings"] - before == 4, s  # (only the learning calls were recorded)
+    assert s["regions_replayed"] == 3, s  # (each derived size's second call)
+    for i, (got, want) in enumerate(res):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(i))
+
+
+def test_a_derived_program_that_python_control_flow_makes_wrong_fails_its_check(vm):
+    """`if b > 3:` adds an op at b = 4 that no member recorded: the program derived for (4, 6)
+    differs from the eager call it is checked against; that call's (eager) result is returned, the
+    family is not derived from again, and the size is learned by recording."""
+    net = _Heads(branch=3)
+    net.set_train(False)
+    res = _sizes_run(net, _LEARN + [(4, 6)] * 4 + [(1, 9)] * 2)
+    s = ms_dynvm.stats()
+    assert s["region_derive_failures"] == {"values differ": 1}, s
+    assert s["region_sizes_derived"] == 0, s
+    for i, (got, want) in enumerate(res):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(i))
+    plain = _Heads()
+    plain.fc = net.fc
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((4, 6, 8)).astype(np.float32))
+    np.testing.assert_allclose(_eager_out(net, x), 2.0 * _eager_out(plain, x), rtol=1e-6)  # (the branch is taken)
+
+
+def test_a_number_no_rule_explains_keeps_each_size_recorded(vm):
+    net = _Heads(scale_by_len=True)
+    net.set_train(False)
+    res = _sizes_run(net, _LEARN + [(4, 6), (4, 6), (1, 9), (1, 9)])
+    s = ms_dynvm.stats()
+    assert s["region_sizes_derived"] == 0 and s["region_derive_failures"] == {}, s
+    assert s["regions_replayed"] == 2, s  # (each new size replays after its one recording)
+    for i, (got, want) in enumerate(res):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str(i))
+
+
+def test_training_with_batch_sizes_derived_matches_eager_at_every_step():
+    sizes = [4, 4, 4, 7, 2] + [1, 9, 3, 6, 5, 8] * 16
+
+    def batch(rng, i):
+        b = sizes[i]
+        return (ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32)),
+                ms.Tensor(rng.integers(0, 5, b).astype(np.int32)))
+
+    eager = _train(batch, 100, False)
+    ms_dynvm.reset_stats()
+    vm = _train(batch, 100, True)
+    s = ms_dynvm.stats()
+    assert s["region_sizes_derived"] >= 4 and s["region_derive_failures"] == {}, s
+    _assert_same_training(eager, vm)
