@@ -27,6 +27,8 @@ SLOW_ELEMENTWISE = frozenset(("erf", "erfc", "gelu", "gelu_grad", "mish", "softp
 # Ops MindSpore computes with the C library (float32 erf is glibc's erff): their kernels are
 # compiled with strict_ieee (scalar libm), bit-equal to eager. A vectorised erf 1 ulp off would
 # show in the erf-form GELU, x * (1 + erf(x / sqrt 2)) / 2, where 1 + erf cancels for x < -5.
+# float32 erf runs `jit/libm.py`'s erf instead: erff's own formula, vectorised where it is plain
+# arithmetic, checked against the C library when it loads.
 LIBM = frozenset(("erf", "erfc"))
 _N = Sym.of("N")
 _kernels: dict = {}
@@ -54,6 +56,10 @@ def flat_kernel(op: str, attrs: dict, in_dtypes: tuple, out_dtype: str, imms: tu
 
 def _build(op, attrs, in_dtypes, out_dtype, imms):
     global compiles
+    if op == "erf" and in_dtypes == ("f32",) and out_dtype == "f32" and not imms:
+        k = _vector_erf()  # (erff's bits, vectorised where erff is plain arithmetic: jit/libm.py)
+        if k is not None:
+            return k
     from ms_dynvm.codegen.kernel import compile_group
     from ms_dynvm.ir.function import Function
 
@@ -96,6 +102,31 @@ def _build(op, attrs, in_dtypes, out_dtype, imms):
             _helper().run(n, [f.itemsize for f in flat] + [out_dt.itemsize], ptrs, launch)
         else:
             launch(n)(ptrs)
+        return out
+
+    return run
+
+
+def _vector_erf():
+    from ms_dynvm.jit import libm
+
+    fn = libm.erf_f32()
+    if fn is None:
+        return None
+    f32 = np.dtype(np.float32)
+
+    def launch(m):
+        return lambda ptrs: fn(ptrs[0], ptrs[1], m)
+
+    def run(arrays, out=None):
+        x = np.ascontiguousarray(arrays[0], dtype=f32)
+        if out is None or out.shape != x.shape or out.dtype != f32 or not out.flags.c_contiguous:
+            out = np.empty(x.shape, f32)
+        n = x.size
+        if n >= PAR_MIN and _helper() is not None:
+            _helper().run(n, [4, 4], [x.ctypes.data, out.ctypes.data], launch)
+        else:
+            fn(x.ctypes.data, out.ctypes.data, n)
         return out
 
     return run
