@@ -89,6 +89,9 @@ from ms_dynvm.metrics import METRICS
 from ms_dynvm.observe import events as _events
 
 LEARN_CALLS = 2
+# New sizes of an established family written from its members instead of recorded (`Regions._derive`);
+# DYNVM_REGION_DERIVE=0 records every size (for comparisons).
+DERIVE = __import__("os").environ.get("DYNVM_REGION_DERIVE", "1") != "0"
 REVERIFY_AT = (16, 128, 1024)  # replays of a region (any signature) that are re-verified
 REVERIFY_EVERY = 4096
 _TIME_SAMPLES = 5
@@ -827,7 +830,7 @@ class Regions:
             entry.skip -= 1  # (a call that lets an optimizer inside learn its rule first: _learn)
             return self._eager(run)
         if entry.state == "learn" and region.calls > 1:  # (the region's first call warms MindSpore up)
-            if not entry.derive_tried and not entry.learned and region.size_families:
+            if DERIVE and not entry.derive_tried and not entry.learned and region.size_families:
                 entry.derive_tried = True
                 out = self._derive(region, entry, run, flat)
                 if out is not _NOT_DERIVED:
