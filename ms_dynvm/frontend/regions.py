@@ -1046,9 +1046,11 @@ class Regions:
             finally:
                 METRICS.region_learn_seconds += time.perf_counter() - t0
             out = self._checked_call(entry, run)
-            why = _compare_outputs(want, out, entry.out_spec)
-            if why is None:
-                why = next(("python state changed" for cell, state in lr.cells if _plain_state(cell) != state), None)
+            try:
+                why = _compare_outputs(want, out, entry.out_spec) or next(
+                    ("python state changed" for cell, state in lr.cells if _plain_state(cell) != state), None)
+            except Exception as e:  # noqa: BLE001 - ms_dynvm's own failure: the eager result stands
+                why = f"error ({type(e).__name__})"
             if why is not None:
                 sf.broken = True
                 METRICS.region_derive_failures[why] += 1

@@ -24,9 +24,13 @@ the C backend (`codegen.spec.lower`, `codegen.c.render`: products rounded apart 
 `jit.launch.set_kernel_threads` allows: elementwise, the bits do not depend on it) and built through
 the kernel cache (memory, disk, GCC).
 
-When: compiles run on the background compile thread (`jit.compile.compile_pool`; GCC is a
-subprocess) from the plan's first run; the plan runs its unfused steps until the kernels are ready
-and swaps the fused steps in at the start of a later run (`RegionPlan.run`). A compile that fails
+When: at the plan's first run its groups are found (in the caller's thread); where every group's
+kernel is built already (a further size of a family), the fused steps are swapped in at once.
+Otherwise the kernels are compiled on the background compile thread (`jit.compile.compile_pool`;
+GCC is a subprocess), the plan runs its unfused steps until they are ready and swaps the fused
+steps in at the start of a later run (`RegionPlan.run`). (Python work on a second thread is
+expensive here: MindSpore's eager dispatch hands the GIL over at every op and then waits the
+interpreter's switch interval to get it back; a busy Python thread made eager steps 25x slower.) A compile that fails
 leaves the unfused steps: no compiler is one warning per process, a group the backend does not
 render is counted in the fallback table. Kernels already built are found by their canonical text
 (`_BUILT`), so the plans of further sizes of a family reuse them without lowering or rendering.
@@ -235,6 +239,14 @@ def _generalized(fn):
         return generalize(fn, marks)
     except Exception:  # noqa: BLE001 - a rule that cannot express it: the static kernel
         return fn
+
+
+def built_kernel(fn):
+    """The kernel already built in this process for group `fn` (as `compile_candidate` would return
+    it), or None."""
+    from ms_dynvm.codegen.kernel import canonical_text
+
+    return _BUILT.get(canonical_text(_generalized(fn)))
 
 
 def compile_candidate(fn):

@@ -594,10 +594,10 @@ class RegionPlan:
         return plan
 
     # --- fused kernels (jit/fusion.py) -------------------------------------------------------------
-    def _fuse_job(self, keep, types):
+    def _fuse_job(self, keep, types, cands=None):
         """[(candidate, kernel or the exception)] for the plan's fusible groups (any thread)."""
         done = []
-        for cand in _fusion.candidates(keep, types, self.out_regs):
+        for cand in _fusion.candidates(keep, types, self.out_regs) if cands is None else cands:
             try:
                 done.append((cand, _fusion.compile_candidate(cand.fn)))
             except Exception as e:  # noqa: BLE001 - a group that cannot be built stays unfused
@@ -606,11 +606,22 @@ class RegionPlan:
 
     def _fuse_poll(self) -> None:
         f = self._fuse
-        if type(f) is tuple:  # first run: start compiling
+        if type(f) is tuple:  # first run: the groups; their kernels now if built, else compiled
             from ms_dynvm.jit.compile import compile_pool
 
             try:
-                self._fuse = compile_pool().submit(self._fuse_job, *f)
+                cands = _fusion.candidates(f[0], f[1], self.out_regs)
+                ready = [(c, _fusion.built_kernel(c.fn)) for c in cands]
+            except Exception as e:  # noqa: BLE001 - fusion is an optimisation: keep the plan unfused
+                self._fuse = None
+                _fusion.warn_failed(e)
+                return
+            if all(k is not None for _, k in ready):
+                self._fuse = None
+                self._install_fused(ready)
+                return
+            try:
+                self._fuse = compile_pool().submit(self._fuse_job, f[0], f[1], cands)
             except RuntimeError:  # (the pool is shut down: interpreter exit) the plan stays unfused
                 self._fuse = None
             return

@@ -106,7 +106,8 @@ def test_one_kernel_serves_every_size_of_the_family():
 
 
 @needs_gcc
-def test_fusion_runs_in_the_background_and_swaps_in():
+def test_fusion_runs_in_the_background_and_swaps_in(monkeypatch):
+    monkeypatch.setattr(fusion, "_BUILT", {})  # (no kernel built in this process yet)
     p, ins = _block(4, 8, 16)
     plan = RegionPlan.build(p, ins, p.outputs, fuse=True)
     arrays = _arrays(np.random.default_rng(3), 4, 8, 16)
@@ -117,6 +118,28 @@ def test_fusion_runs_in_the_background_and_swaps_in():
     again = plan.run(arrays)  # swapped in at the start of this run
     assert len(plan.steps) < n and plan._fuse is None
     for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_gcc
+def test_a_further_size_swaps_its_built_kernels_in_at_its_first_run(monkeypatch):
+    submitted = []
+    from ms_dynvm.jit import compile as jcompile
+
+    p, ins = _block(4, 8, 16)
+    other = RegionPlan.build(p, ins, p.outputs, fuse=True)
+    other.run(_arrays(np.random.default_rng(4), 4, 8, 16))
+    other.fuse_now()  # (the family's kernels, built for another size)
+    assert other.fused
+    real = jcompile.compile_pool
+    monkeypatch.setattr(jcompile, "compile_pool", lambda: submitted.append(1) or real())
+    p2, ins2 = _block(2, 4, 16)
+    plan = RegionPlan.build(p2, ins2, p2.outputs, fuse=True)
+    unfused = RegionPlan.build(*_block(2, 4, 16)[:1], ins2, p2.outputs, fuse=False)
+    arrays = _arrays(np.random.default_rng(5), 2, 4, 16)
+    got = plan.run(arrays)
+    assert plan._fuse is None and plan.fused and not submitted  # (fused from the first run, no thread)
+    for a, b in zip(got, unfused.run(arrays)):
         np.testing.assert_array_equal(a, b)
 
 
