@@ -24,13 +24,16 @@ the C backend (`codegen.spec.lower`, `codegen.c.render`: products rounded apart 
 `jit.launch.set_kernel_threads` allows: elementwise, the bits do not depend on it) and built through
 the kernel cache (memory, disk, GCC).
 
-When: at the plan's first run its groups are found (in the caller's thread); where every group's
-kernel is built already (a further size of a family), the fused steps are swapped in at once.
-Otherwise the kernels are compiled on the background compile thread (`jit.compile.compile_pool`;
-GCC is a subprocess), the plan runs its unfused steps until they are ready and swaps the fused
-steps in at the start of a later run (`RegionPlan.run`). (Python work on a second thread is
-expensive here: MindSpore's eager dispatch hands the GIL over at every op and then waits the
-interpreter's switch interval to get it back; a busy Python thread made eager steps 25x slower.) A compile that fails
+When: at the plan's first run its groups are found, generalised, lowered and rendered in the
+caller's thread (`prepare_candidate`); where every group's kernel is built already (a further size
+of a family) the fused steps are swapped in at once. Otherwise only GCC (a subprocess) and the disk
+cache's I/O run on the background compile thread (`jit.compile.compile_pool`); the plan runs its
+unfused steps until they are ready and swaps the fused steps in at the start of a later run
+(`RegionPlan.run`). Python work stays off the second thread on purpose: a thread that releases the
+GIL (every ctypes call, MindSpore's eager dispatch at every op) waits the interpreter's switch
+interval (5 ms) to get it back from a busy Python thread. Measured: with lowering and rendering in
+the background, a replay's first GEMM calls at new sizes took 2-5 ms instead of ~0.1, and a busy
+Python thread made eager steps 25x slower. A compile that fails
 leaves the unfused steps: no compiler is one warning per process, a group the backend does not
 render is counted in the fallback table. Kernels already built are found by their canonical text
 (`_BUILT`), so the plans of further sizes of a family reuse them without lowering or rendering.
@@ -101,6 +104,11 @@ def candidates(keep: list, types: dict, out_regs) -> list:
             if isinstance(a, Reg):
                 last_use[int(a)] = i
     outs_set = {int(r) for r in out_regs}
+    uses: dict = {}  # register -> number of reads in the plan
+    for ins in keep:
+        for a in ins.args:
+            if isinstance(a, Reg):
+                uses[int(a)] = uses.get(int(a), 0) + 1
     found = []
     nxt = 1 + max([int(r) for r in types] + [0])  # registers the swaps below define
     i, n = 0, len(keep)
@@ -112,7 +120,7 @@ def candidates(keep: list, types: dict, out_regs) -> list:
         while j < n and _ok(keep[j], types):
             j += 1
         # run [i, j): its own Function; registers read later (or plan outputs) are its outputs
-        body, rtypes, swapped = _bias_after_reshape(keep, i, j, types, outs_set, nxt)
+        body, rtypes, swapped = _bias_after_reshape(keep, i, j, types, outs_set, nxt, uses)
         nxt += len(swapped)
         fouts = [r for ins in body for r in ins.outs if r in outs_set or last_use.get(r, -1) >= j]
         if fouts:
@@ -159,7 +167,7 @@ def candidates(keep: list, types: dict, out_regs) -> list:
     return found
 
 
-def _bias_after_reshape(keep: list, i: int, j: int, types: dict, outs_set: set, nxt: int):
+def _bias_after_reshape(keep: list, i: int, j: int, types: dict, outs_set: set, nxt: int, uses: dict):
     """(body, types, swaps) of run keep[i:j] where each `bias_add(x [M, N]) -> reshape to [.., N]`
     (a Dense layer's bias, then its batch axes back) whose sum nothing else reads becomes
     `reshape(x) -> bias_add(.., axis=-1)`: the same additions, but the reshape of a computed value
@@ -171,11 +179,6 @@ def _bias_after_reshape(keep: list, i: int, j: int, types: dict, outs_set: set, 
     body = list(keep[i:j])
     rtypes = types
     swaps = []
-    uses: dict = {}
-    for ins in keep:
-        for a in ins.args:
-            if isinstance(a, Reg):
-                uses[int(a)] = uses.get(int(a), 0) + 1
     for k in range(len(body) - 1):
         b, r = body[k], body[k + 1]
         if b.op != "bias_add" or r.op != "reshape" or not isinstance(b.args[0], Reg) or \
@@ -241,16 +244,11 @@ def _generalized(fn):
         return fn
 
 
-def built_kernel(fn):
-    """The kernel already built in this process for group `fn` (as `compile_candidate` would return
-    it), or None."""
-    from ms_dynvm.codegen.kernel import canonical_text
-
-    return _BUILT.get(canonical_text(_generalized(fn)))
-
-
-def compile_candidate(fn):
-    """A `codegen.kernel.CompiledKernel` for group `fn` (raises where it cannot be built)."""
+def prepare_candidate(fn):
+    """(kernel, None) where group `fn`'s kernel is built in this process, else (None, (build,
+    finish)): the group lowered and rendered here (Python: the caller's thread), `build()` the GCC
+    compile or the disk cache's load (a subprocess and file I/O: any thread), `finish(lib)` the
+    kernel made from its result (the caller's thread). Raises where the backend cannot render it."""
     from ms_dynvm.codegen import c as c_backend
     from ms_dynvm.codegen import gcc
     from ms_dynvm.codegen.kernel import CompiledKernel, canonical_text
@@ -262,17 +260,31 @@ def compile_candidate(fn):
     text = canonical_text(fn)
     k = _BUILT.get(text)
     if k is not None:
-        return k
+        return k, None
     spec = lower(fn, eager_math=True)
     source = c_backend.render(spec, strict_ieee=False, fast_math=False, eager_math=True)
     flags = gcc.flags()
     key = make_key({"ms_dynvm": __version__, "what": "tier2 fused group", "compiler": gcc.compiler_info(),
                     "flags": flags, "arch": platform.machine(), "ir": text,
                     "source_sha256": hashlib.sha256(source.encode()).hexdigest()})
-    cache = default_cache()
-    lib = cache.get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu")
-    k = _BUILT[text] = CompiledKernel(spec, source, key, lib, fn)
-    return k
+
+    def build():
+        return default_cache().get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared,
+                                            device="cpu")
+
+    def finish(lib):
+        k = _BUILT.get(text)
+        if k is None:
+            k = _BUILT[text] = CompiledKernel(spec, source, key, lib, fn)
+        return k
+
+    return None, (build, finish)
+
+
+def compile_candidate(fn):
+    """A `codegen.kernel.CompiledKernel` for group `fn` (raises where it cannot be built)."""
+    k, todo = prepare_candidate(fn)
+    return k if todo is None else todo[1](todo[0]())
 
 
 def fused_step_fn(kernel, cand: Candidate, types: dict, holders: dict | None = None):

@@ -594,45 +594,73 @@ class RegionPlan:
         return plan
 
     # --- fused kernels (jit/fusion.py) -------------------------------------------------------------
-    def _fuse_job(self, keep, types, cands=None):
-        """[(candidate, kernel or the exception)] for the plan's fusible groups (any thread)."""
-        done = []
-        for cand in _fusion.candidates(keep, types, self.out_regs) if cands is None else cands:
+    def _fuse_prepare(self, keep, types) -> list:
+        """[(candidate, kernel | exception | None, (build, finish) | None)] for the plan's fusible
+        groups, lowered and rendered in the caller's thread (`fusion.prepare_candidate`)."""
+        items = []
+        for cand in _fusion.candidates(keep, types, self.out_regs):
             try:
-                done.append((cand, _fusion.compile_candidate(cand.fn)))
+                k, todo = _fusion.prepare_candidate(cand.fn)
+            except Exception as e:  # noqa: BLE001 - a group that cannot be rendered stays unfused
+                k, todo = e, None
+            items.append((cand, k, todo))
+        return items
+
+    @staticmethod
+    def _fuse_build(items) -> list:
+        """The GCC compiles (or disk cache loads) of `_fuse_prepare`'s items (any thread):
+        [(candidate, kernel | exception | built library, finish | None)]."""
+        out = []
+        for cand, k, todo in items:
+            if todo is None:
+                out.append((cand, k, None))
+                continue
+            try:
+                out.append((cand, todo[0](), todo[1]))
             except Exception as e:  # noqa: BLE001 - a group that cannot be built stays unfused
-                done.append((cand, e))
+                out.append((cand, e, None))
+        return out
+
+    @staticmethod
+    def _fuse_finish(built) -> list:
+        done = []
+        for cand, k, finish in built:
+            if finish is not None:
+                try:
+                    k = finish(k)
+                except Exception as e:  # noqa: BLE001
+                    k = e
+            done.append((cand, k))
         return done
 
     def _fuse_poll(self) -> None:
         f = self._fuse
-        if type(f) is tuple:  # first run: the groups; their kernels now if built, else compiled
+        if type(f) is tuple:  # first run: prepare here; the kernels now if built, else compiled
             from ms_dynvm.jit.compile import compile_pool
 
             try:
-                cands = _fusion.candidates(f[0], f[1], self.out_regs)
-                ready = [(c, _fusion.built_kernel(c.fn)) for c in cands]
+                items = self._fuse_prepare(*f)
             except Exception as e:  # noqa: BLE001 - fusion is an optimisation: keep the plan unfused
                 self._fuse = None
                 _fusion.warn_failed(e)
                 return
-            if all(k is not None for _, k in ready):
+            if all(todo is None for _, _, todo in items):
                 self._fuse = None
-                self._install_fused(ready)
+                self._install_fused([(c, k) for c, k, _ in items])
                 return
             try:
-                self._fuse = compile_pool().submit(self._fuse_job, f[0], f[1], cands)
+                self._fuse = compile_pool().submit(self._fuse_build, items)
             except RuntimeError:  # (the pool is shut down: interpreter exit) the plan stays unfused
                 self._fuse = None
             return
         if f.done():
             self._fuse = None
             try:
-                done = f.result()
+                built = f.result()
             except Exception as e:  # noqa: BLE001 - fusion is an optimisation: keep the plan unfused
                 _fusion.warn_failed(e)
                 return
-            self._install_fused(done)
+            self._install_fused(self._fuse_finish(built))
 
     def fuse_now(self) -> "RegionPlan":
         """Compile and swap in the fused kernels now, in the caller (tests, benchmarks)."""
@@ -640,7 +668,8 @@ class RegionPlan:
         if f is None:
             return self
         self._fuse = None
-        self._install_fused(f.result() if type(f) is not tuple else self._fuse_job(*f))
+        built = f.result() if type(f) is not tuple else self._fuse_build(self._fuse_prepare(*f))
+        self._install_fused(self._fuse_finish(built))
         return self
 
     def _install_fused(self, done) -> None:

@@ -121,14 +121,16 @@ def main() -> int:
             print(f"\n== {name} round {rnd}: eager {et:.3f} s, dynvm {dt:.3f} s ({et / dt:.2f}x); "
                   f"sizes seen {len(set(seq))}")
             by_kind: dict = {}
-            for i, s, t, kind, d in drows:
-                k = by_kind.setdefault(kind, [0, 0.0, 0.0])
+            for (i, s, t, kind, d), er in zip(drows, erows):
+                k = by_kind.setdefault(kind, [0, 0.0, 0.0, 0.0])
                 k[0] += 1
                 k[1] += t
                 k[2] += eag_med[s]
-            for kind, (n, t, e) in sorted(by_kind.items(), key=lambda kv: -kv[1][1]):
+                k[3] += er[2]  # (the eager run's same step: the same size, as new to MindSpore then)
+            for kind, (n, t, e, same) in sorted(by_kind.items(), key=lambda kv: -kv[1][1]):
                 print(f"   {kind:>26}: {n:4d} steps, {1e3 * t:8.1f} ms ({100 * t / dt:4.1f}%), "
-                      f"{1e3 * t / n:6.2f} ms/step; eager steady at these sizes {1e3 * e / n:6.2f} ms/step")
+                      f"{1e3 * t / n:6.2f} ms/step; eager: these steps {1e3 * same / n:6.2f}, "
+                      f"steady at these sizes {1e3 * e / n:6.2f} ms/step")
             print("   first 8 steps, ms: eager " + " ".join(f"{1e3 * r[2]:.1f}" for r in erows[:8]) +
                   "; dynvm " + " ".join(f"{1e3 * r[2]:.1f}" for r in drows[:8]))
             per_size: dict = {}

@@ -149,7 +149,7 @@ def test_a_missing_compiler_leaves_the_plan_unfused_with_one_warning(monkeypatch
     def refuse(*a, **k):
         raise gcc.CompilerUnavailable("test: no compiler")
 
-    monkeypatch.setattr(fusion, "compile_candidate", refuse)
+    monkeypatch.setattr(fusion, "prepare_candidate", refuse)
     monkeypatch.setattr(_warn, "_WARNED", set())
     p, ins = _block(2, 4, 8)
     plan = RegionPlan.build(p, ins, p.outputs, fuse=True)
