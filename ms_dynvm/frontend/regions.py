@@ -838,6 +838,8 @@ class Regions:
             return self._learn(region, entry, run, flat)
         if entry.state == "eager":
             METRICS.region_fallbacks[entry.reason] += 1
+        elif region.calls == 1:
+            return self._warm_up(run)
         return self._eager(run)
 
     # --- optimizers ---------------------------------------------------------------------------------
@@ -908,6 +910,20 @@ class Regions:
         """The call runs eagerly; regions inside it (a gradient function or an optimizer called by a
         train-step Cell that is not replayable itself) are regions of their own."""
         return run()
+
+    @staticmethod
+    def _warm_up(run):
+        """A region's first call: eager, without tier 1 (as its recordings run): the region is
+        about to be learned, and tier 1's groups and their compiles would be paid for nothing (its
+        compiles' Python work also slowed the learning calls after it). Nested regions stay regions."""
+        from ms_dynvm.frontend import dispatch
+
+        mode = dispatch._S.mode
+        t1, mode.tier1 = mode.tier1, None
+        try:
+            return run()
+        finally:
+            mode.tier1 = t1
 
     @staticmethod
     def _reset(entry: _Entry) -> None:
