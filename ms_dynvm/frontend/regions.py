@@ -806,7 +806,7 @@ class Regions:
             entry.sizes = _sizes(key)
             METRICS.regions_seen += 1
             if len(region.entries) == 1:
-                _SEEN.append(region)
+                _seen(region)
         if entry.state == "replay":
             t0 = time.perf_counter()
             try:
@@ -851,7 +851,7 @@ class Regions:
         if st is None or st[0] != id(opt):
             st = opt.__dict__[_OPT_ATTR] = (id(opt), _OptState(opt))
             METRICS.regions_seen += 1
-            _SEEN.append(st[1])
+            _seen(st[1])
         st = st[1]
         st.calls += 1
         grads = args[0] if len(args) == 1 and type(args[0]) in (tuple, list) else None
@@ -1939,13 +1939,23 @@ class _Explainer:
 
 
 # --- what tier 2 did (the report's "Tier 2" section) ------------------------------------------------
-_SEEN: list = []  # Regions and optimizer states met since import, in order
+_SEEN: list = []  # weak references to the Regions and optimizer states met since import, in order
+
+
+def _seen(obj) -> None:
+    """Remember `obj` for `summary` without keeping it (and its plans and recordings) alive: a
+    script that builds model after model would otherwise keep every old model's plans."""
+    import weakref
+
+    if len(_SEEN) >= 64:
+        _SEEN[:] = [r for r in _SEEN if r() is not None]
+    _SEEN.append(weakref.ref(obj))
 
 
 def summary(limit: int = 200) -> list:
     """Per region and signature (optimizer steps: per optimizer): what tier 2 did, as plain data."""
     rows = []
-    for reg in _SEEN[:limit]:
+    for reg in [r for r in map(lambda w: w(), _SEEN) if r is not None][:limit]:
         if isinstance(reg, _OptState):
             rows.append({"region": reg.kind, "kind": "optimizer", "signature": "", "state": reg.state,
                          "reason": reg.reason, "replays": reg.replays,

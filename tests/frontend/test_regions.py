@@ -1141,3 +1141,21 @@ def test_training_with_batch_sizes_derived_matches_eager_at_every_step():
     s = ms_dynvm.stats()
     assert s["region_sizes_derived"] >= 4 and s["region_derive_failures"] == {}, s
     _assert_same_training(eager, vm)
+
+
+def test_a_dropped_model_takes_its_regions_and_plans_with_it(vm):
+    import gc
+    import weakref
+
+    net = _mlp(3)
+    net.set_train(False)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((4, 12)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    region = R._region_of_cell(net)
+    assert any(e.state == "replay" for e in region.entries.values())
+    assert any(row["region"] == region.name for row in R.summary())
+    ref = weakref.ref(region)
+    del net, region
+    gc.collect()
+    assert ref() is None  # (ms_dynvm's own bookkeeping does not keep it)
