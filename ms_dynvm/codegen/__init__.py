@@ -5,7 +5,7 @@ Pipeline: `spec.lower` (loop nests, index math, reductions with prologue/epilogu
 `gcc.compile_shared` (.so, cached by `ms_dynvm.runtime.cache`) -> `kernel.CompiledKernel`.
 """
 
-from ms_dynvm.codegen.kernel import CompiledKernel, canonical_text, compile_group, supports
+from ms_dynvm.codegen.kernel import CompiledKernel, canonical_text, compile_group, prepare_group, supports
 from ms_dynvm.codegen.spec import CodegenError
 
-__all__ = ["CodegenError", "CompiledKernel", "canonical_text", "compile_group", "supports"]
+__all__ = ["CodegenError", "CompiledKernel", "canonical_text", "compile_group", "prepare_group", "supports"]

@@ -82,18 +82,35 @@ def kernel_key(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_
     return key, spec, source, flags
 
 
-def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_math: bool = True,
-                  cache=None) -> "CompiledKernel":
-    """Compile fusion group `fn` for the CPU; raises CodegenError if unsupported or if gcc fails."""
+def prepare_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_math: bool = True,
+                  cache=None) -> tuple:
+    """`compile_group` in two parts: group `fn` lowered and rendered here (Python: the caller's
+    thread; raises CodegenError if unsupported), then `(obtain, finish)`: `obtain()` the GCC compile
+    or the kernel cache's load (a subprocess and file I/O: fit for a background thread, which then
+    never holds the GIL for long), `finish(lib)` the CompiledKernel (the caller's thread)."""
     from ms_dynvm.runtime.cache import default_cache
 
     key, spec, source, flags = kernel_key(fn, strict_ieee=strict_ieee, fast_math=fast_math,
                                           eager_math=eager_math)
     cache = default_cache() if cache is None else cache
     opts = {"strict_ieee": strict_ieee, "fast_math": fast_math, "eager_math": eager_math}  # (the compile log's)
-    lib = compile_log.timed_build(cache, key, fn, opts, lambda: cache.get_or_build(
-        key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu"))
-    return CompiledKernel(spec, source, key, lib, fn)
+
+    def obtain():
+        return compile_log.timed_build(cache, key, fn, opts, lambda: cache.get_or_build(
+            key, lambda: gcc.compile_shared(source, flags), gcc.load_shared, device="cpu"))
+
+    def finish(lib):
+        return CompiledKernel(spec, source, key, lib, fn)
+
+    return obtain, finish
+
+
+def compile_group(fn, *, strict_ieee: bool = False, fast_math: bool = False, eager_math: bool = True,
+                  cache=None) -> "CompiledKernel":
+    """Compile fusion group `fn` for the CPU; raises CodegenError if unsupported or if gcc fails."""
+    obtain, finish = prepare_group(fn, strict_ieee=strict_ieee, fast_math=fast_math, eager_math=eager_math,
+                                   cache=cache)
+    return finish(obtain())
 
 
 def _bind(shape_decl, shape, env: dict, what: str) -> None:

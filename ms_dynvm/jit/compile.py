@@ -15,7 +15,10 @@ per group) together with the signature of a recorded call and a way to build tha
    (`codegen.supports`: slices of symbolic dims, reshapes that cannot be grouped);
 4. builds the kernel (`codegen.compile_group`, through the kernel cache), on one background thread
    with `compile_async` (tier-up: the group keeps running eagerly meanwhile, `Compiler.poll`
-   installs it later) or in the caller;
+   installs it later) or in the caller. In the background case the group is lowered and rendered
+   in the caller first (`codegen.prepare_group`) and only GCC or the disk cache's load runs on the
+   thread: Python there would hold the GIL that every MindSpore op of the caller releases and
+   then waits for (up to the interpreter's 5 ms switch interval each time);
 5. installs it: `group.kernels[signature] = KernelEntry(kernel, fn, guards)`, counts it, and tells
    the frontend (`on_install`) so that it starts matching the group's first op.
 
@@ -130,6 +133,23 @@ def build(fn: Function, cache, opts: dict):
             after.get("disk_hits", 0) - before.get("disk_hits", 0))
 
 
+def _obtain(obtain, cache):
+    """The background half of a prepared build (`codegen.prepare_group`): GCC or the disk cache
+    only; (library, seconds, gcc runs, disk-cache loads)."""
+    before = cache.stats()
+    t0 = time.perf_counter()
+    lib = obtain()
+    dt = time.perf_counter() - t0
+    after = cache.stats()
+    return (lib, dt, after.get("compiles", 0) - before.get("compiles", 0),
+            after.get("disk_hits", 0) - before.get("disk_hits", 0))
+
+
+class _Prepared(NamedTuple):
+    future: object
+    finish: Callable
+
+
 _POOL = None
 
 
@@ -241,6 +261,20 @@ class Compiler:
         if opts.compile_async:
             # Tier-up: gcc runs on a background thread while the group keeps running eagerly; the
             # kernel is installed at the group's next recorded run after it is ready (`poll`).
+            # Lowering and rendering (Python) run here, not there: a Python thread holding the GIL
+            # makes every GIL release of this one (each MindSpore op) wait the interpreter's 5 ms
+            # switch interval. (A backend put in codegen's place, in tests, is run whole there.)
+            from ms_dynvm.codegen import kernel as _kernel
+
+            if codegen.compile_group is _kernel.compile_group:
+                try:
+                    obtain, finish = codegen.prepare_group(fn, cache=job[1], **job[2])
+                except Exception as e:  # noqa: BLE001 - a backend refusal is a fallback, never an error
+                    self._failed(g, e)
+                    return
+                fut = _Prepared(compile_pool().submit(_obtain, obtain, job[1]), finish)
+                g.building[key_sig] = Building(fut, sig, fn)
+                return
             g.building[key_sig] = Building(compile_pool().submit(build, *job), sig, fn)
             return
         try:
@@ -253,11 +287,14 @@ class Compiler:
     def poll(self, g: GroupKernels) -> None:
         """Install the kernels of `g` whose background compiles have finished."""
         for key_sig, b in list(g.building.items()):
-            if not b.future.done():
+            fut = b.future.future if type(b.future) is _Prepared else b.future
+            if not fut.done():
                 continue
             del g.building[key_sig]
             try:
-                built = b.future.result()
+                built = fut.result()
+                if type(b.future) is _Prepared:  # (the kernel object made here, from the library)
+                    built = (b.future.finish(built[0]),) + tuple(built[1:])
             except Exception as e:  # noqa: BLE001 - a compiler failure is a fallback, never an error
                 self._failed(g, e)
                 continue
