@@ -1360,7 +1360,16 @@ def _make_learned(rec, out, flat: list, cells: list, seconds: float, cache: dict
                 # included, `fill`: its value is in the program text, so recordings with other data
                 # must agree on it), or the region is not replayable. Never held: the recorded
                 # tensor holds that recording's gradient.
-                extra.append(explainer.explain(value, r, first_idx[r], ("in", r)))
+                group = explainer.explain(value, r, first_idx[r], ("in", r))
+                extra.append(group)
+                # Explained, it is a backward register like any other for the explanations after
+                # it (a Dense layer's bias gradient summed from a softmax gradient that MindSpore
+                # also computed without dispatch), defined where the plan places its group: after
+                # the last instruction it reads (`RegionPlan.build`).
+                phase_def[r] = "bwd"
+                own = {o for e in group for o in e.outs}
+                explainer.def_idx[r] = max((explainer.def_idx.get(int(a), -1) for e in group for a in e.args
+                                            if isinstance(a, Reg) and int(a) not in own), default=-1)
                 continue
             # A tensor of no recorded origin: read live at each replay.
             in_regs.append(r)

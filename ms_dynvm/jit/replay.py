@@ -500,6 +500,8 @@ class RegionPlan:
             at = max((pos.get(int(a), -1) for e in group for a in e.args
                       if isinstance(a, Reg) and int(a) not in own), default=-1)
             placed.append((at, k, group))
+            for r in own:  # (a later group reading it goes after it: same place, later in order)
+                pos.setdefault(r, at)
         new, it = [], iter(sorted(placed, key=lambda t: (t[0], t[1])))
         nxt = next(it, None)
         while nxt is not None and nxt[0] < 0:

@@ -1159,3 +1159,43 @@ def test_a_dropped_model_takes_its_regions_and_plans_with_it(vm):
     del net, region
     gc.collect()
     assert ref() is None  # (ms_dynvm's own bookkeeping does not keep it)
+
+
+def test_a_bias_gradient_summed_from_an_undispatched_softmax_gradient_is_explained():
+    """Dense then softmax: MindSpore computes the softmax gradient and the bias gradient (its sum)
+    without dispatch. The softmax gradient, explained by its rule (a MatMul of the weight gradient
+    reads it), is then a register the bias gradient's sum is explained from; before, the region was
+    not replayable ("unexplained backward tensor [8]")."""
+
+    class Head(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(8, 8)
+
+        def construct(self, x):
+            return ops.softmax(self.fc(x.mean(1)), -1)
+
+    def run(use_vm):
+        net = Head()
+        _init(net, 4)
+        g = ms.value_and_grad(lambda x: (net(x) ** 2).mean(), None, net.trainable_params())
+        if use_vm:
+            ms_dynvm.reset_stats()
+            ms_dynvm.enable(regions=True, step_switch=False)
+        try:
+            rng = np.random.default_rng(5)
+            out = []
+            for _ in range(10):
+                lv, gs = g(ms.Tensor(rng.standard_normal((int(rng.integers(1, 6)), 5, 8)).astype(np.float32)))
+                out.append([lv.asnumpy()] + [t.asnumpy() for t in gs])
+            return out, ms_dynvm.stats()
+        finally:
+            if use_vm:
+                ms_dynvm.disable()
+
+    want, _ = run(False)
+    got, s = run(True)
+    assert s["regions_replayed"] >= 3 and s["regions_not_replayable"] == {}, s
+    for w, g_ in zip(want, got):
+        for a, b in zip(w, g_):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
