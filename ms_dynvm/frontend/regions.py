@@ -1700,8 +1700,19 @@ class _Explainer:
             e = self._err(v.sum(axis=axes, dtype=np.float64).astype(value.dtype), value)
             if e <= 1.0 and (best is None or e < best[0]):
                 best = (e, r, axes)
-        if best is None:
-            return None
+        if best is None:  # (the summed gradient itself undispatched: a softmax's, see _softmax_dys)
+            cands = []
+            for ins in self.prog.instrs():
+                if ins.op == "layer_norm" and defined.get(ins.outs[0]) == "fwd":
+                    yty = types[ins.outs[0]]
+                    if len(yty.shape) > k and tuple(yty.shape[len(yty.shape) - k:]) == tuple(value.shape):
+                        cands += [(pre, r, tuple(range(len(yty.shape) - k))) for pre, r in self._softmax_dys(ins.outs[0])]
+            found = None
+            for pre, r, axes in cands:
+                o = self._new(dt, value.shape)
+                seq = pre + [Instr("sum", (Reg(r),), {"axis": axes, "keepdims": False, "dtype": None}, (o,))]
+                found = self._better(found, seq, value)
+            return self._accept(found)
         out = self._new(dt, value.shape)
         return [Instr("sum", (Reg(best[1]),), {"axis": best[2], "keepdims": False, "dtype": None}, (out,))]
 
@@ -1743,7 +1754,31 @@ class _Explainer:
                 seq = self._ln_rule(x, int(gamma), mean, var, dy, eps, norm_axes, lead, xty, value)
                 if seq is not None:
                     best = self._better(best, seq, value)
+            if best is None:  # (dy itself undispatched: the gradient of a softmax of y)
+                for pre, dy in self._softmax_dys(y):
+                    seq = self._ln_rule(x, int(gamma), mean, var, dy, eps, norm_axes, lead, xty, value)
+                    if seq is not None:
+                        best = self._better(best, pre + seq, value)
         return self._accept(best)
+
+    def _softmax_dys(self, y: int) -> list:
+        """[(instructions, register)]: `softmax_grad(s, d)` for each forward softmax s of register
+        `y` and each backward register d of its shape: a gradient MindSpore computed without
+        dispatch and handed only to another undispatched kernel (LayerNorm's), so that it is in no
+        recording and is explained inside the rule that reads it."""
+        out = []
+        defined = self._defined()
+        for ins in self.prog.instrs():
+            if ins.op != "softmax" or not isinstance(ins.args[0], Reg) or int(ins.args[0]) != y or \
+                    defined.get(ins.outs[0]) != "fwd":
+                continue
+            sty = self.prog.types[ins.outs[0]]
+            axis = ins.attrs.get("axis", -1)
+            axis = axis[0] if isinstance(axis, (tuple, list)) else axis
+            for d in reversed(self._regs(tuple(sty.shape), sty.dtype)):
+                r = self._new(sty.dtype, tuple(sty.shape))
+                out.append(([Instr("softmax_grad", (Reg(ins.outs[0]), Reg(d)), {"axis": axis}, (r,))], r))
+        return out
 
     def _ln_rule(self, x, gamma, mean, var, dy, eps, norm_axes, lead, xty, value):
         types = self.prog.types

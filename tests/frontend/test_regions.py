@@ -1161,19 +1161,25 @@ def test_a_dropped_model_takes_its_regions_and_plans_with_it(vm):
     assert ref() is None  # (ms_dynvm's own bookkeeping does not keep it)
 
 
-def test_a_bias_gradient_summed_from_an_undispatched_softmax_gradient_is_explained():
+@pytest.mark.parametrize("kind", ["dense-softmax", "layernorm-softmax"])
+def test_gradients_behind_an_undispatched_softmax_gradient_are_explained(kind):
     """Dense then softmax: MindSpore computes the softmax gradient and the bias gradient (its sum)
-    without dispatch. The softmax gradient, explained by its rule (a MatMul of the weight gradient
-    reads it), is then a register the bias gradient's sum is explained from; before, the region was
-    not replayable ("unexplained backward tensor [8]")."""
+    without dispatch; the softmax gradient, explained by its rule (a MatMul of the weight gradient
+    reads it), is then a register the bias gradient's sum is explained from. LayerNorm then
+    softmax: the softmax gradient goes only to LayerNorm's undispatched backward, so it is in no
+    recording: LayerNorm's rules take it as softmax_grad of a backward register. Before, both
+    regions were not replayable ("unexplained backward tensor [8]")."""
 
     class Head(nn.Cell):
         def __init__(self):
             super().__init__()
             self.fc = nn.Dense(8, 8)
+            self.ln = nn.LayerNorm((8,))
 
         def construct(self, x):
-            return ops.softmax(self.fc(x.mean(1)), -1)
+            if kind == "dense-softmax":
+                return ops.softmax(self.fc(x.mean(1)), -1)
+            return self.fc(ops.softmax(self.ln(x), -1))
 
     def run(use_vm):
         net = Head()
