@@ -70,6 +70,18 @@ def _assert_same_training(a, b, rtol=1e-4):
             np.testing.assert_allclose(y, x, rtol=rtol, atol=1e-6, err_msg=f"step {i}")
 
 
+def _eager_then_vm(body):
+    """`body()` run eagerly, then under the VM (stats reset): (eager result, VM result, stats)."""
+    want = body()
+    ms_dynvm.reset_stats()
+    ms_dynvm.enable(regions=True, step_switch=False)
+    try:
+        got = body()
+        return want, got, ms_dynvm.stats()
+    finally:
+        ms_dynvm.disable()
+
+
 def test_mlp_training_100_steps_with_changing_batch_matches_eager():
     sizes = [1, 8, 3, 8, 5]
 
@@ -350,30 +362,22 @@ def test_bad_input_raises_as_eager(vm):
 ], ids=["sgd", "sgd-momentum", "sgd-nesterov", "sgd-dampening", "momentum", "adam",
         "adam-nesterov"])
 def test_optimizer_steps_replay_and_match_eager(make_opt):
-    def run(use_vm):
+    def run():
         net = _mlp(5)
         opt = make_opt(net.trainable_params())
         gf = ms.value_and_grad(lambda x, y: nn.MSELoss()(net(x), y), None, net.trainable_params())
         rng = np.random.default_rng(3)
-        if use_vm:
-            ms_dynvm.reset_stats()
-            ms_dynvm.enable(regions=True, step_switch=False)
-        try:
-            out = []
-            for i in range(30):
-                b = (2, 4)[i % 2]
-                x = ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32))
-                y = ms.Tensor(rng.standard_normal((b, 5)).astype(np.float32))
-                lv, g = gf(x, y)
-                opt(g)
-                out.append((float(lv.asnumpy()), _params(net) + [s.asnumpy().copy() for s in opt.get_parameters()]))
-            return out, ms_dynvm.stats()
-        finally:
-            if use_vm:
-                ms_dynvm.disable()
+        out = []
+        for i in range(30):
+            b = (2, 4)[i % 2]
+            x = ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32))
+            y = ms.Tensor(rng.standard_normal((b, 5)).astype(np.float32))
+            lv, g = gf(x, y)
+            opt(g)
+            out.append((float(lv.asnumpy()), _params(net) + [s.asnumpy().copy() for s in opt.get_parameters()]))
+        return out
 
-    eager, _ = run(False)
-    served, s = run(True)
+    eager, served, s = _eager_then_vm(run)
     _assert_same_training(eager, served, rtol=1e-5)
     assert s["regions_not_replayable"] == {} and s["region_guard_failures"] == {}, s
     assert s["regions_replayed"] >= 45, s  # of 60 region calls: 30 optimizer steps, 30 gradient steps
@@ -1181,26 +1185,18 @@ def test_gradients_behind_an_undispatched_softmax_gradient_are_explained(kind):
                 return ops.softmax(self.fc(x.mean(1)), -1)
             return self.fc(ops.softmax(self.ln(x), -1))
 
-    def run(use_vm):
+    def run():
         net = Head()
         _init(net, 4)
         g = ms.value_and_grad(lambda x: (net(x) ** 2).mean(), None, net.trainable_params())
-        if use_vm:
-            ms_dynvm.reset_stats()
-            ms_dynvm.enable(regions=True, step_switch=False)
-        try:
-            rng = np.random.default_rng(5)
-            out = []
-            for _ in range(10):
-                lv, gs = g(ms.Tensor(rng.standard_normal((int(rng.integers(1, 6)), 5, 8)).astype(np.float32)))
-                out.append([lv.asnumpy()] + [t.asnumpy() for t in gs])
-            return out, ms_dynvm.stats()
-        finally:
-            if use_vm:
-                ms_dynvm.disable()
+        rng = np.random.default_rng(5)
+        out = []
+        for _ in range(10):
+            lv, gs = g(ms.Tensor(rng.standard_normal((int(rng.integers(1, 6)), 5, 8)).astype(np.float32)))
+            out.append([lv.asnumpy()] + [t.asnumpy() for t in gs])
+        return out
 
-    want, _ = run(False)
-    got, s = run(True)
+    want, got, s = _eager_then_vm(run)
     assert s["regions_replayed"] >= 3 and s["regions_not_replayable"] == {}, s
     for w, g_ in zip(want, got):
         for a, b in zip(w, g_):
