@@ -94,7 +94,8 @@ def main():
     print("tier-1 fallbacks:", st["fallbacks"] or "none", " guard failures:", st["guard_failures"] or "none")
     print(f"tier 2: {st['regions_replayed']} of {st['region_calls']} region calls replayed "
           f"({100 * st['region_replay_rate']:.0f}%: gradient steps and optimizer steps), {st['region_compiles']} "
-          f"plans, {st['regions_seen']} (region, signature) pairs; not replayable: "
+          f"plans ({st['region_sizes_derived']} derived for a new size without recording it), "
+          f"{st['regions_seen']} (region, signature) pairs; not replayable: "
           f"{st['regions_not_replayable'] or 'none'}; guard failures: {st['region_guard_failures'] or 'none'}")
     sc = st["step_calls"]
     print(f"step switch (per size class, by measured time): {sc.get('vm', 0)} steps under the VM, "

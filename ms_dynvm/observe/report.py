@@ -435,7 +435,9 @@ def render_html(data: dict) -> str:
         f"{n_rep} of {n_calls} region calls replayed ({_fmt(st.get('region_replay_rate'), '%')}); a replay "
         f"took {_fmt(per)} ms on average, of which {_fmt(host)} ms host cost (guards, views, wrapping); "
         f"learning (recorded calls and planning) {_fmt(st.get('region_learn_seconds'))} s; plans "
-        f"{st.get('region_compiles', 0)}, re-verifications {st.get('region_reverifications', 0)}. "
+        f"{st.get('region_compiles', 0)} ({st.get('region_sizes_derived', 0)} written for a new size from its "
+        f"family's recorded sizes, {sum(st.get('region_derive_failures', {}).values())} such failed their check), "
+        f"re-verifications {st.get('region_reverifications', 0)}. "
         "A region is a call of a gradient function, an outermost Cell call without gradient, an "
         "optimizer step or a @ms_dynvm.jit function (docs/regions.md); 'eager (recorded)' is the wall "
         "time of its recorded eager calls, an overestimate of plain eager.") + "</p>")
