@@ -162,7 +162,8 @@ class SizeFamily:
             if cands is None:
                 if monomials is None:
                     monomials = []
-                    for deg in range(1, MAX_DEGREE + 1):
+                    # (bounded: with many varying sizes, products of up to two)
+                    for deg in range(1, (MAX_DEGREE if len(varying) <= 12 else 2) + 1):
                         for mono in itertools.combinations_with_replacement(varying, deg):
                             ms = []
                             for d, _ in self.members:
