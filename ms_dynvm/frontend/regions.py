@@ -57,9 +57,11 @@ loss scale, grouped or dynamic learning rates, and optimizers other than SGD, Mo
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
+import os
 import re
 import statistics
 import threading
@@ -91,7 +93,7 @@ from ms_dynvm.observe import events as _events
 LEARN_CALLS = 2
 # New sizes of an established family written from its members instead of recorded (`Regions._derive`);
 # DYNVM_REGION_DERIVE=0 records every size (for comparisons).
-DERIVE = __import__("os").environ.get("DYNVM_REGION_DERIVE", "1") != "0"
+DERIVE = os.environ.get("DYNVM_REGION_DERIVE", "1") != "0"
 REVERIFY_AT = (16, 128, 1024)  # replays of a region (any signature) that are re-verified
 REVERIFY_EVERY = 4096
 _TIME_SAMPLES = 5
@@ -281,6 +283,7 @@ class _Learned:
         # size from a size family (`SizeFamily`); None where it cannot (optimizer steps inside, opaque
         # calls into MindSpore).
         self.wiring = wiring
+        self.derived = False  # (written from a size family, `derive`: no member of it)
 
     def derive(self, text: str) -> "_Learned":
         """This recording's plan candidate at another size: `text` is this one's `text` with the
@@ -913,17 +916,10 @@ class Regions:
 
     @staticmethod
     def _warm_up(run):
-        """A region's first call: eager, without tier 1 (as its recordings run): the region is
-        about to be learned, and tier 1's groups and their compiles would be paid for nothing (its
-        compiles' Python work also slowed the learning calls after it). Nested regions stay regions."""
-        from ms_dynvm.frontend import dispatch
-
-        mode = dispatch._S.mode
-        t1, mode.tier1 = mode.tier1, None
-        try:
+        """A region's first call: eager, without tier 1 (as its recordings run: `_no_tier1`).
+        Nested regions stay regions."""
+        with _no_tier1():
             return run()
-        finally:
-            mode.tier1 = t1
 
     @staticmethod
     def _reset(entry: _Entry) -> None:
@@ -1096,19 +1092,15 @@ class Regions:
         """The eager call that a derived plan is checked against, run as a recorded call is (nested
         Cells are no regions, tier 1 neither tracks nor compiles its ops) but not recorded, and
         timed for the step switch. (Not bare, the mode off MindSpore's stack: that measured slower.)"""
-        from ms_dynvm.frontend import dispatch
-
         self.depth += 1
-        mode = dispatch._S.mode
-        t1, mode.tier1 = mode.tier1, None
         t0 = time.perf_counter()
         try:
-            out = run()
+            with _no_tier1():
+                out = run()
         except BaseException:
             self._reset(entry)
             raise
         finally:
-            mode.tier1 = t1
             self.depth -= 1
         entry.eager_s = time.perf_counter() - t0
         return out
@@ -1134,16 +1126,11 @@ class Regions:
         self.cells = [] if region.cell is None else [(region.cell, _plain_state(region.cell))]
         self.opt_steps = []
         self.depth += 1
-        # Tier 1 neither tracks nor compiles the ops of a call being learned: the region will be
-        # replayed, and its groups' compiles would be paid for nothing.
-        mode = dispatch._S.mode
-        t1, mode.tier1 = mode.tier1, None
         t0 = time.perf_counter()
         try:
-            with dispatch.record() as rec:
+            with _no_tier1(), dispatch.record() as rec:
                 out = run()
         finally:
-            mode.tier1 = t1
             self.depth -= 1
             cells, self.cells = self.cells, None
             opt_steps, self.opt_steps = self.opt_steps, None
@@ -1172,6 +1159,21 @@ def _family(key) -> tuple:
     text, extra, roles, out_regs, out_spec, consts, opt = key
     return (_NUMBER.sub("#", text), tuple(_NUMBER.sub("#", e) for e in extra), roles, out_regs, out_spec,
             len(consts), opt)
+
+
+@contextlib.contextmanager
+def _no_tier1():
+    """Tier 1 neither tracks nor compiles the ops of a region call run eagerly to be learned or
+    checked (a warm-up, a recording, a derived size's check): the region will be replayed, and its
+    groups' compiles would be paid for nothing (their Python work also slowed the calls after)."""
+    from ms_dynvm.frontend import dispatch
+
+    mode = dispatch._S.mode
+    t1, mode.tier1 = mode.tier1, None
+    try:
+        yield
+    finally:
+        mode.tier1 = t1
 
 
 _NOT_DERIVED = object()
@@ -1224,7 +1226,7 @@ def _parse_family_text(text: str) -> tuple:
 def _add_member(region: Region, entry: _Entry, lr: _Learned) -> None:
     """An installed recording joins its family's `SizeFamily` (made at the family's first install),
     from which `Regions._derive` writes programs for sizes not recorded."""
-    if lr.wiring is None or entry.sizes is None or getattr(lr, "derived", False):
+    if lr.wiring is None or entry.sizes is None or lr.derived:
         return
     abstract, dims = entry.sizes
     fams = region.size_families.setdefault(abstract, {})

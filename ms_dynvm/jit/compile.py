@@ -119,30 +119,23 @@ def optimize(fn: Function, tier: str = "tier1") -> Function:
         return fn
 
 
+def _timed(cache, make):
+    """(make(), seconds, gcc runs, disk-cache loads); on the compile thread or not. (One compile
+    thread: the cache's counters move for this build only.)"""
+    before = cache.stats()
+    t0 = time.perf_counter()
+    out = make()
+    dt = time.perf_counter() - t0
+    after = cache.stats()
+    return (out, dt, after.get("compiles", 0) - before.get("compiles", 0),
+            after.get("disk_hits", 0) - before.get("disk_hits", 0))
+
+
 def build(fn: Function, cache, opts: dict):
-    """(kernel, seconds, gcc runs, disk-cache loads) for group `fn`; on the compile thread or not.
-    (One compile thread: the cache's counters move for this build only.)"""
+    """(kernel, seconds, gcc runs, disk-cache loads) for group `fn`."""
     from ms_dynvm import codegen
 
-    before = cache.stats()
-    t0 = time.perf_counter()
-    kernel = codegen.compile_group(fn, cache=cache, **opts)
-    dt = time.perf_counter() - t0
-    after = cache.stats()
-    return (kernel, dt, after.get("compiles", 0) - before.get("compiles", 0),
-            after.get("disk_hits", 0) - before.get("disk_hits", 0))
-
-
-def _obtain(obtain, cache):
-    """The background half of a prepared build (`codegen.prepare_group`): GCC or the disk cache
-    only; (library, seconds, gcc runs, disk-cache loads)."""
-    before = cache.stats()
-    t0 = time.perf_counter()
-    lib = obtain()
-    dt = time.perf_counter() - t0
-    after = cache.stats()
-    return (lib, dt, after.get("compiles", 0) - before.get("compiles", 0),
-            after.get("disk_hits", 0) - before.get("disk_hits", 0))
+    return _timed(cache, lambda: codegen.compile_group(fn, cache=cache, **opts))
 
 
 class _Prepared(NamedTuple):
@@ -272,7 +265,7 @@ class Compiler:
                 except Exception as e:  # noqa: BLE001 - a backend refusal is a fallback, never an error
                     self._failed(g, e)
                     return
-                fut = _Prepared(compile_pool().submit(_obtain, obtain, job[1]), finish)
+                fut = _Prepared(compile_pool().submit(_timed, job[1], obtain), finish)
                 g.building[key_sig] = Building(fut, sig, fn)
                 return
             g.building[key_sig] = Building(compile_pool().submit(build, *job), sig, fn)

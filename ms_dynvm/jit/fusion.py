@@ -30,10 +30,10 @@ of a family) the fused steps are swapped in at once. Otherwise only GCC (a subpr
 cache's I/O run on the background compile thread (`jit.compile.compile_pool`); the plan runs its
 unfused steps until they are ready and swaps the fused steps in at the start of a later run
 (`RegionPlan.run`). Python work stays off the second thread on purpose: a thread that releases the
-GIL (every ctypes call, MindSpore's eager dispatch at every op) waits the interpreter's switch
-interval (5 ms) to get it back from a busy Python thread. Measured: with lowering and rendering in
-the background, a replay's first GEMM calls at new sizes took 2-5 ms instead of ~0.1, and a busy
-Python thread made eager steps 25x slower. A compile that fails
+GIL (every ctypes call, MindSpore's eager dispatch at every op) waits up to the interpreter's
+switch interval (5 ms) to get it back from a busy Python thread: `profiling/tools/gil_contention.py`
+measured eager attention steps 17-25x slower beside one (and, in an instrumented run, the first
+GEMM of a new plan took 4-5 ms with lowering and rendering in the background, 1-2 ms without). A compile that fails
 leaves the unfused steps: no compiler is one warning per process, a group the backend does not
 render is counted in the fallback table. Kernels already built are found by their canonical text
 (`_BUILT`), so the plans of further sizes of a family reuse them without lowering or rendering.
@@ -42,9 +42,7 @@ This module imports no MindSpore.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
 from typing import NamedTuple
 
 import numpy as np
@@ -246,39 +244,25 @@ def _generalized(fn):
 
 def prepare_candidate(fn):
     """(kernel, None) where group `fn`'s kernel is built in this process, else (None, (build,
-    finish)): the group lowered and rendered here (Python: the caller's thread), `build()` the GCC
-    compile or the disk cache's load (a subprocess and file I/O: any thread), `finish(lib)` the
-    kernel made from its result (the caller's thread). Raises where the backend cannot render it."""
-    from ms_dynvm.codegen import c as c_backend
-    from ms_dynvm.codegen import gcc
-    from ms_dynvm.codegen.kernel import CompiledKernel, canonical_text
-    from ms_dynvm.codegen.spec import lower
-    from ms_dynvm.runtime.cache import default_cache, make_key
-    from ms_dynvm.version import __version__
+    finish)): `codegen.prepare_group`'s halves over the generalised group (lowered and rendered
+    here, in the caller's thread; `build()` the GCC compile or the disk cache's load, for any
+    thread; `finish(lib)` the kernel, kept in `_BUILT`). Raises where the backend cannot render it."""
+    from ms_dynvm.codegen.kernel import canonical_text, prepare_group
 
     fn = _generalized(fn)
     text = canonical_text(fn)
     k = _BUILT.get(text)
     if k is not None:
         return k, None
-    spec = lower(fn, eager_math=True)
-    source = c_backend.render(spec, strict_ieee=False, fast_math=False, eager_math=True)
-    flags = gcc.flags()
-    key = make_key({"ms_dynvm": __version__, "what": "tier2 fused group", "compiler": gcc.compiler_info(),
-                    "flags": flags, "arch": platform.machine(), "ir": text,
-                    "source_sha256": hashlib.sha256(source.encode()).hexdigest()})
-
-    def build():
-        return default_cache().get_or_build(key, lambda: gcc.compile_shared(source, flags), gcc.load_shared,
-                                            device="cpu")
+    obtain, make = prepare_group(fn, eager_math=True)
 
     def finish(lib):
         k = _BUILT.get(text)
         if k is None:
-            k = _BUILT[text] = CompiledKernel(spec, source, key, lib, fn)
+            k = _BUILT[text] = make(lib)
         return k
 
-    return None, (build, finish)
+    return None, (obtain, finish)
 
 
 def compile_candidate(fn):

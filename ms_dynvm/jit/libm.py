@@ -11,8 +11,9 @@ below 0.84375, sign(x) * (c + P(|x| - 1) / Q(|x| - 1)) above, with fdlibm's publ
 branches for a whole block in a vectorised loop (float arithmetic in the same order, no contraction:
 `-ffp-contract=off`, so the same roundings) and calls `erff` itself for every other element (tiny,
 |x| >= 1.25 where exp enters, Inf, NaN), found with AVX-512's compress where the machine has it and
-a branch-free scan where not. For GELU inputs of unit spread ~8% of the elements take `erff`: erf
-measured 2.9x faster over 32,768 such elements (140 against 411 us, Intel Xeon, AVX-512).
+a branch-free scan where not. For GELU inputs of unit spread about 8% of the elements take `erff`; the replayed attention
+block's erf step at (4, 32) went from 575 to 166 us (`profiling/bench/profile_replay.py --size 4,32`,
+Intel Xeon, AVX-512).
 
 Checked, not assumed: the C library of another machine may compute erff another way (an FMA build,
 a newer glibc with CORE-MATH's correctly rounded erff). On first use `dvm_erf_check` compares the

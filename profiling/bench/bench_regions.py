@@ -43,6 +43,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import numpy as np  # noqa: E402
 
 
+def size_arg(text: str):
+    """A workload size from the command line: "8,64" -> (8, 64), "32" -> 32 (as WORKLOADS name them)."""
+    size = tuple(int(v) for v in text.split(","))
+    return size[0] if len(size) == 1 else size
+
+
 def cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout

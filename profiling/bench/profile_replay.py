@@ -48,8 +48,7 @@ def main() -> int:
         return orig_run(self, arrays)
 
     replay.RegionPlan.run = capture
-    size = tuple(int(v) for v in args.size.split(","))
-    size = size[0] if len(size) == 1 else size
+    size = br.size_arg(args.size)
     build, make_inputs, _ = br.WORKLOADS[args.workload]()
     ms_dynvm.enable()
     try:

@@ -47,8 +47,7 @@ def main() -> int:
     from ms_dynvm.frontend import regions as R
 
     ms.runtime.launch_blocking()
-    size = tuple(int(v) for v in args.size.split(","))
-    size = size[0] if len(size) == 1 else size
+    size = br.size_arg(args.size)
     build, make_inputs, _ = br.WORKLOADS[args.workload]()
     ms_dynvm.enable()
     try:

@@ -502,34 +502,26 @@ class TrainStep(nn.Cell):
                                             ("TrainOneStepCell", "adam"), ("own", "sgd")])
 def test_train_step_cells_replay_their_gradient_and_optimizer(kind, optimizer):
     """(Adam and SGD run there by the fused step, on the plan's gradient arrays.)"""
-    def run(use_vm):
-        if use_vm:
-            ms_dynvm.reset_stats()
-            ms_dynvm.enable(regions=True, step_switch=False)
-        try:
-            net = _mlp(7)
-            ps = net.trainable_params()
-            opt = nn.Momentum(ps, 0.05, 0.9) if optimizer == "momentum" else \
-                nn.Adam(ps, 0.01) if optimizer == "adam" else nn.SGD(ps, 0.05)
-            if kind == "own":
-                step = TrainStep(net, opt)
-            else:
-                step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
-            step.set_train(True)
-            rng = np.random.default_rng(4)
-            out = []
-            for i in range(24):
-                b = (3, 5)[i % 2]
-                x = ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32))
-                y = ms.Tensor(rng.standard_normal((b, 5)).astype(np.float32))
-                out.append((float(step(x, y).asnumpy()), _params(net)))
-            return out, ms_dynvm.stats()
-        finally:
-            if use_vm:
-                ms_dynvm.disable()
+    def run():
+        net = _mlp(7)
+        ps = net.trainable_params()
+        opt = nn.Momentum(ps, 0.05, 0.9) if optimizer == "momentum" else \
+            nn.Adam(ps, 0.01) if optimizer == "adam" else nn.SGD(ps, 0.05)
+        if kind == "own":
+            step = TrainStep(net, opt)
+        else:
+            step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        step.set_train(True)
+        rng = np.random.default_rng(4)
+        out = []
+        for i in range(24):
+            b = (3, 5)[i % 2]
+            x = ms.Tensor(rng.standard_normal((b, 12)).astype(np.float32))
+            y = ms.Tensor(rng.standard_normal((b, 5)).astype(np.float32))
+            out.append((float(step(x, y).asnumpy()), _params(net)))
+        return out
 
-    eager, _ = run(False)
-    served, s = run(True)
+    eager, served, s = _eager_then_vm(run)
     _assert_same_training(eager, served, rtol=1e-5)
     # The step Cell replays whole: its optimizer step, once checked on its own, runs by its rule
     # inside the learned program (a first learning attempt meets it unchecked, as MindSpore's
@@ -824,32 +816,24 @@ def test_segment_sum_gradients_replay_right_when_ids_turn_negative_after_learnin
     register reproduces), the mask must still be read from the segment ids: not from the backward's
     own maximum(ids, 0) (always >= 0), nor from the source ids (also >= 0 here): dropped edges (id -1)
     later on get eager's gradients."""
-    def run(use_vm):
+    def run():
         net = SegmentMessages(degree_first)
         _init(net, 3)
         gf = ms.value_and_grad(lambda x, s, t, y: ((net(x, s, t) - y) ** 2).mean(), None,
                                net.trainable_params())
         rng = np.random.default_rng(5)
-        if use_vm:
-            ms_dynvm.reset_stats()
-            ms_dynvm.enable(regions=True, step_switch=False)
-        try:
-            out = []
-            for i in range(8):
-                src = rng.integers(0, 6, 12).astype(np.int32)
-                dst = rng.integers(0, 6, 12).astype(np.int32)
-                if i >= 5:
-                    dst[:4] = -1
-                lv, g = gf(ms.Tensor(rng.standard_normal((6, 4)).astype(np.float32)), ms.Tensor(src),
-                           ms.Tensor(dst), ms.Tensor(rng.standard_normal((6, 4)).astype(np.float32)))
-                out.append((float(lv.asnumpy()), [a.asnumpy().copy() for a in g]))
-            return out, ms_dynvm.stats()
-        finally:
-            if use_vm:
-                ms_dynvm.disable()
+        out = []
+        for i in range(8):
+            src = rng.integers(0, 6, 12).astype(np.int32)
+            dst = rng.integers(0, 6, 12).astype(np.int32)
+            if i >= 5:
+                dst[:4] = -1
+            lv, g = gf(ms.Tensor(rng.standard_normal((6, 4)).astype(np.float32)), ms.Tensor(src),
+                       ms.Tensor(dst), ms.Tensor(rng.standard_normal((6, 4)).astype(np.float32)))
+            out.append((float(lv.asnumpy()), [a.asnumpy().copy() for a in g]))
+        return out
 
-    eager, _ = run(False)
-    served, s = run(True)
+    eager, served, s = _eager_then_vm(run)
     assert s["regions_replayed"] >= 4, s  # (the calls with dropped edges among them)
     for (le, ge), (lv, gv) in zip(eager, served):
         np.testing.assert_allclose(lv, le, rtol=1e-5)
@@ -878,34 +862,26 @@ def test_gnn_training_with_adam_and_node_counts_drawn_anew_matches_eager(adam_ne
     """80 Adam steps with the node count drawn every step (the whole-run path: sizes recorded before
     their family is established, the fused Adam step, relu and its gradient's fast paths): loss and
     parameters within rel 1e-4 of eager at every step."""
-    def run(use_vm):
+    def run():
         net = MessagePassing()
         _init(net, 4)
         opt = nn.Adam(net.trainable_params(), 1e-2, use_nesterov=adam_nesterov)
         gf = ms.value_and_grad(lambda x, s, t, w, y: ((net(x, s, t, w) - y) ** 2).mean(), None,
                                net.trainable_params())
         rng = np.random.default_rng(9)
-        if use_vm:
-            ms_dynvm.reset_stats()
-            ms_dynvm.enable(regions=True, step_switch=False)
-        try:
-            out = []
-            for _ in range(80):
-                n = int(rng.choice([5, 9, 14, 20]))
-                src = rng.integers(0, n, 3 * n).astype(np.int32)
-                dst = rng.integers(0, n, 3 * n).astype(np.int32)
-                inv = (1.0 / np.maximum(np.bincount(dst, minlength=n), 1.0)).reshape(n, 1).astype(np.float32)
-                lv, g = gf(ms.Tensor(rng.standard_normal((n, 6)).astype(np.float32)), ms.Tensor(src),
-                           ms.Tensor(dst), ms.Tensor(inv), ms.Tensor(rng.standard_normal((n, 6)).astype(np.float32)))
-                opt(g)
-                out.append((float(lv.asnumpy()), _params(net)))
-            return out, ms_dynvm.stats()
-        finally:
-            if use_vm:
-                ms_dynvm.disable()
+        out = []
+        for _ in range(80):
+            n = int(rng.choice([5, 9, 14, 20]))
+            src = rng.integers(0, n, 3 * n).astype(np.int32)
+            dst = rng.integers(0, n, 3 * n).astype(np.int32)
+            inv = (1.0 / np.maximum(np.bincount(dst, minlength=n), 1.0)).reshape(n, 1).astype(np.float32)
+            lv, g = gf(ms.Tensor(rng.standard_normal((n, 6)).astype(np.float32)), ms.Tensor(src),
+                       ms.Tensor(dst), ms.Tensor(inv), ms.Tensor(rng.standard_normal((n, 6)).astype(np.float32)))
+            opt(g)
+            out.append((float(lv.asnumpy()), _params(net)))
+        return out
 
-    eager, _ = run(False)
-    served, s = run(True)
+    eager, served, s = _eager_then_vm(run)
     _assert_same_training(eager, served)
     assert s["regions_not_replayable"] == {} and s["region_guard_failures"] == {}, s
     assert s["regions_replayed"] >= 140, s  # of 160 region calls
@@ -972,6 +948,17 @@ class Scaled(nn.Cell):
         return self.fc(x) * self.scale * self.cfg["k"]
 
 
+def _scaled_replaying():
+    """A `Scaled` cell replaying: (the cell, its input, its replaying entry)."""
+    net = Scaled()
+    _init(net, 3)
+    net.set_train(False)
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
+    for _ in range(4):
+        net(x)
+    return net, x, _entry(net)
+
+
 @pytest.mark.parametrize("change,fails", [
     ("equal float, new object", False), ("other float", True), ("list grows", True),
     ("dict entry added", True), ("parameter order", True), ("attribute added", True),
@@ -980,13 +967,7 @@ def test_fast_guards_imply_the_guards(vm, change, fails):
     """The guards' fast form passes only where every guard passes; where it fails, the guards run as
     data and decide (an attribute rebound to an equal value still replays, and the fast form is
     made again from the new objects)."""
-    net = Scaled()
-    _init(net, 3)
-    net.set_train(False)
-    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
-    for _ in range(4):
-        net(x)
-    entry = _entry(net)
+    net, x, entry = _scaled_replaying()
     assert entry.fast.ok() and R.check_guards(entry.guards) is None
     if change == "equal float, new object":
         net.scale = np.float64(1.5).item()
@@ -1018,13 +999,7 @@ def test_fast_guards_imply_the_guards(vm, change, fails):
 def test_fast_guards_not_used_where_the_guard_compares_every_attribute(vm):
     """A cell with another number of attributes than at its recording is compared attribute by
     attribute, untracked ones included (an attribute that became plain counts): no fast form then."""
-    net = Scaled()
-    _init(net, 3)
-    net.set_train(False)
-    x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32))
-    for _ in range(4):
-        net(x)
-    entry = _entry(net)
+    net, x, entry = _scaled_replaying()
     net.other = object()  # (untracked: the guards pass)
     for _ in range(R._FAST_BUILDS + 4):
         assert entry.guard() is None and not entry.fast.ok()
